@@ -1,0 +1,13 @@
+"""Shared plumbing for the distributed PyTorch course; each module names its notebook."""
+
+from .cluster import Cluster, ClusterError, RankInfo, current_cluster, start_cluster
+from .topology import ClusterConfigError
+
+__all__ = [
+    "Cluster",
+    "ClusterConfigError",
+    "ClusterError",
+    "RankInfo",
+    "current_cluster",
+    "start_cluster",
+]

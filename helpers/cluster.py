@@ -1,0 +1,299 @@
+"""Start, re-form, restart and stop the course's cluster: one torch.distributed rank per engine.
+
+Introduced in notebook 00. ``start_cluster()`` starts a local ipyparallel controller and
+one engine per rank, forms a process group across the engines and activates ``%px``.
+Every process it starts is also handed to a guard process (``helpers.watchdog``), so the
+cluster ends with its notebook even when the kernel is killed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ipyparallel as ipp
+import psutil
+
+from . import engine
+from .topology import (
+    choose_backend,
+    device_for,
+    local_ranks,
+    loopback_interface,
+    resolve_world_size,
+    threads_per_rank,
+)
+from .watchdog import MARKER, course_processes, end_processes
+
+_current: Cluster | None = None
+
+
+class ClusterError(RuntimeError):
+    """The cluster did not start or did not answer; the message says which ranks and what to do."""
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Where one rank lives: its engine, its processes and its device."""
+
+    rank: int
+    local_rank: int
+    engine_id: int
+    pid: int
+    nanny_pid: int | None
+    host: str
+    device: str
+
+
+def visible_gpus() -> int:
+    """Number of CUDA GPUs this process can see (0 on a CPU-only build or machine)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _log_tail(path: str | None, lines: int = 8) -> str:
+    """The last lines of an engine or controller log, indented, for error messages."""
+    try:
+        text = Path(path).read_text(errors="replace").splitlines()[-lines:]  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return "    (no log)"
+    return "\n".join("    " + line for line in text) or "    (empty log)"
+
+
+class Cluster:
+    """A running course cluster; also a context manager that stops it on exit."""
+
+    def __init__(self, world_size: int, backend: str, *, timeout: float, start_timeout: float):
+        self.world_size, self.backend = world_size, backend
+        self.timeout, self.start_timeout = timeout, start_timeout
+        self.threads = threads_per_rank(os.cpu_count() or 1, world_size)
+        self.ranks: list[RankInfo] = []
+        self.client: ipp.Client | None = None
+        self.view: ipp.DirectView | None = None
+        self.generation = 0
+        self._ipp: ipp.Cluster | None = None
+        self._guard: subprocess.Popen | None = None
+        self._activate = False
+        self.dir = Path(tempfile.mkdtemp(prefix="course-cluster-"))
+
+    # ---- lifecycle -------------------------------------------------------------------
+    def start(self, activate: bool = True) -> Cluster:
+        """Start controller and engines, form the process group, activate %px."""
+        self._activate = activate
+        self._guard = subprocess.Popen(
+            [sys.executable, "-m", "helpers.watchdog", str(self.dir)],
+            stdin=subprocess.PIPE, text=True, start_new_session=True,
+        )
+        atexit.register(self.stop)
+        self._ipp = ipp.Cluster(
+            n=self.world_size, profile_dir=str(self.dir / "profile"), controller_ip="127.0.0.1",
+            log_level=logging.WARNING, shutdown_atexit=False,
+        )
+        self._ipp.start_controller_sync(environment={MARKER: str(self.dir)})
+        self.client = self._ipp.connect_client_sync()
+        self._start_engines()
+        self.form_group()
+        return self
+
+    def _start_engines(self) -> None:
+        """Launch world_size fresh engines and wait (bounded) until every one has registered."""
+        old = set(self.client.ids)
+        env = {k: str(self.threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+        env.update({"PYTHONUNBUFFERED": "1", MARKER: str(self.dir)})
+        self._ipp.start_engines_sync(self.world_size, environment=env)
+        launchers = [ln for es in self._ipp.engines.values() for ln in es.launchers.values()]
+        deadline = time.monotonic() + self.start_timeout
+        while len(new := set(self.client.ids) - old) < self.world_size:
+            dead = [ln for ln in launchers if not psutil.pid_exists(ln.pid)]
+            if dead or time.monotonic() > deadline:
+                raise ClusterError(self._missing_message(launchers, len(new), dead))
+            time.sleep(0.1)
+        infos = self.client[sorted(new)].apply_async(engine.describe).get(self.start_timeout)
+        by_id = dict(zip(sorted(new), infos))
+        order = sorted(new, key=lambda eid: (by_id[eid]["host"], eid))
+        lranks = local_ranks([by_id[eid]["host"] for eid in order])
+        self.ranks = [
+            RankInfo(r, lr, eid, by_id[eid]["pid"], by_id[eid]["nanny_pid"], by_id[eid]["host"],
+                     device_for(lr, self.backend))
+            for r, (eid, lr) in enumerate(zip(order, lranks))
+        ]
+        self.view = self.client[[ri.engine_id for ri in self.ranks]]
+        self.view.block = True
+        if self._activate:
+            self.view.activate()
+
+    def _missing_message(self, launchers: list, registered: int, dead: list) -> str:
+        """Say which engine processes did not register, and show the end of their logs."""
+        lines = [
+            f"only {registered} of {self.world_size} engines registered within "
+            f"{self.start_timeout:g} s." if not dead else
+            f"{len(dead)} engine process(es) exited while the cluster was starting."
+        ]
+        for i, ln in enumerate(launchers):
+            if ln in dead or not dead:
+                state = "exited" if ln in dead else "running but not registered"
+                lines.append(f"  engine process {i} (pid {ln.pid}) {state}; its log ends:")
+                lines.append(_log_tail(getattr(ln, "output_file", None)))
+        lines.append(
+            "The cluster was stopped. Re-run the setup cell; if it fails again, the machine may "
+            "be overloaded: try fewer ranks (COURSE_WORLD_SIZE=2) or a larger start_timeout."
+        )
+        return "\n".join(lines)
+
+    def form_group(self) -> Cluster:
+        """(Re-)form the process group on the live engines, with a fresh rendezvous store."""
+        self.generation += 1
+        store = {"kind": "file", "path": str(self.dir / f"store-{self.generation}")}
+        interface = loopback_interface([name for _, name in socket.if_nameindex()])
+        pending = {
+            ri.rank: self.client[ri.engine_id].apply_async(
+                engine.join_process_group, ri.rank, self.world_size, ri.local_rank,
+                self.backend, ri.device, store, self.timeout, self.threads, interface,
+            )
+            for ri in self.ranks
+        }
+        self._gather(pending, "form the process group")
+        return self
+
+    def restart(self) -> Cluster:
+        """Replace every engine with a fresh process, then form the process group again."""
+        self._ipp.stop_engines_sync()
+        self._wait_gone([ri.pid for ri in self.ranks] + [ri.nanny_pid for ri in self.ranks])
+        self._start_engines()
+        return self.form_group()
+
+    def _gather(self, pending: dict[int, Any], what: str) -> list[Any]:
+        """Results of one call per rank, or a ClusterError naming the ranks that failed."""
+        deadline = time.monotonic() + self.timeout + self.start_timeout
+        failed = {}
+        for rank, ar in pending.items():
+            try:
+                ar.get(max(0.1, deadline - time.monotonic()))
+            except ipp.TimeoutError:
+                failed[rank] = f"no answer within {self.timeout + self.start_timeout:g} s"
+            except Exception as e:  # noqa: BLE001 - reported to the learner below
+                failed[rank] = f"{type(e).__name__}: {e}".splitlines()[0]
+        if failed:
+            detail = "\n".join(f"  rank {r}: {msg}" for r, msg in sorted(failed.items()))
+            raise ClusterError(
+                f"could not {what} on rank(s) {sorted(failed)}:\n{detail}\n"
+                "Recover with cluster.restart() (fresh engines), or re-run the setup cell."
+            )
+        return [ar.get() for ar in pending.values()]
+
+    def stop(self) -> None:
+        """Leave the process group, stop engines and controller, and wait until they are gone."""
+        atexit.unregister(self.stop)
+        global _current
+        if _current is self:
+            _current = None
+        if self._ipp is None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            return
+        if self.view is not None and self.client is not None:
+            try:
+                self.view.apply_async(engine.leave_process_group).get(5)
+            except Exception:  # noqa: BLE001 - engines may be dead or busy; they are ended below
+                pass
+        try:  # engines first, so their nannies can still say goodbye to the controller
+            self._ipp.stop_engines_sync()
+            self._wait_gone([pid for r in self.ranks for pid in (r.pid, r.nanny_pid)])
+            self._ipp.stop_controller_sync()
+        except Exception:  # noqa: BLE001 - whatever is still running is ended by pid below
+            pass
+        if self.client is not None:
+            self.client.close()
+        self._wait_gone([p.pid for p in course_processes(str(self.dir))])
+        end_processes(course_processes(str(self.dir)))  # anything that ignored the polite stop
+        if self._guard and self._guard.poll() is None:
+            self._guard.stdin.write("release\n")
+            self._guard.stdin.close()
+            self._guard.wait(5)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self._ipp = self.client = self.view = None
+
+    # ---- helpers ---------------------------------------------------------------------
+    def _wait_gone(self, pids: list[int | None], timeout: float = 10.0) -> None:
+        """Wait until the given processes (of this cluster) have exited."""
+        procs = []
+        for pid in filter(None, pids):
+            try:
+                procs.append(psutil.Process(pid))
+            except psutil.Error:
+                pass
+        psutil.wait_procs(procs, timeout=timeout)
+
+    def pids(self) -> list[int]:
+        """Pids of every live process this cluster started (controller, engines, nannies)."""
+        return sorted(p.pid for p in course_processes(str(self.dir)))
+
+    def table(self) -> str:
+        """A text table: rank, local rank, device, engine id and pid of every rank."""
+        rows = [("rank", "local_rank", "device", "engine_id", "pid")]
+        rows += [(r.rank, r.local_rank, r.device, r.engine_id, r.pid) for r in self.ranks]
+        widths = [max(len(str(row[i])) for row in rows) for i in range(5)]
+        return "\n".join(
+            "  ".join(str(v).rjust(w) for v, w in zip(row, widths)) for row in rows
+        )
+
+    def __repr__(self) -> str:
+        state = "running" if self._ipp is not None else "stopped"
+        return (f"<Cluster {state}: {self.world_size} rank(s), backend {self.backend}, "
+                f"devices {sorted({r.device for r in self.ranks})}>")
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_cluster(
+    n: int | None = None,
+    backend: str | None = None,
+    *,
+    timeout: float = 30.0,
+    start_timeout: float = 60.0,
+    activate: bool = True,
+) -> Cluster:
+    """Start the course cluster (replacing one this kernel already runs) and activate %px.
+
+    n: ranks (default $COURSE_WORLD_SIZE, else one per GPU with 2+ GPUs, else 4 CPU ranks).
+    backend: 'gloo' or 'nccl' (default $COURSE_BACKEND, else nccl when every rank has a GPU).
+    timeout: seconds a collective may wait before it fails (the process group's timeout).
+    start_timeout: seconds the engines may take to start and register.
+    """
+    global _current
+    if _current is not None:
+        _current.stop()
+    n_gpus = visible_gpus()
+    world_size = resolve_world_size(n, n_gpus)
+    chosen = choose_backend(world_size, n_gpus, backend)
+    cluster = Cluster(world_size, chosen, timeout=timeout, start_timeout=start_timeout)
+    try:
+        cluster.start(activate=activate)
+    except BaseException:
+        cluster.stop()
+        raise
+    _current = cluster
+    return cluster
+
+
+def current_cluster() -> Cluster:
+    """The cluster this kernel is running, or a ClusterError saying how to start one."""
+    if _current is None:
+        raise ClusterError("no cluster is running in this kernel; run the setup cell "
+                           "(cluster = start_cluster()) first")
+    return _current
+

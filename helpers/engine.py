@@ -1,0 +1,102 @@
+"""Code that runs inside each engine: describe the process, join or leave the process group.
+
+Introduced in notebook 00. The client calls these functions on the engines with
+``apply``; they import what they need themselves, because they run in another process.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+from typing import Any
+
+
+def describe() -> dict[str, Any]:
+    """Who this engine is: pid, host, the pid of its nanny, and the GPUs it can see."""
+    import torch
+
+    info: dict[str, Any] = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "n_gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        "nanny_pid": None,
+    }
+    try:  # the nanny relays signals (Ctrl-C in a %%px cell) to this engine
+        from ipyparallel.engine.app import IPEngine
+
+        if IPEngine.initialized():
+            pipe = getattr(IPEngine.instance(), "nanny_pipe", None)
+            info["nanny_pid"] = getattr(pipe, "pid", None)
+    except Exception:  # pragma: no cover - depends on ipyparallel internals
+        pass
+    return info
+
+
+def _make_store(store: dict[str, Any], rank: int, world_size: int, timeout: timedelta):
+    """A rendezvous store: a file in a private directory on one host, a TCP store on many."""
+    import torch.distributed as dist
+
+    if store["kind"] == "file":
+        return dist.FileStore(store["path"], world_size)
+    if store["kind"] == "tcp":
+        return dist.TCPStore(
+            store["host"], store["port"], world_size, is_master=rank == 0, timeout=timeout
+        )
+    raise ValueError(f"unknown store kind {store['kind']!r}")
+
+
+def join_process_group(
+    rank: int,
+    world_size: int,
+    local_rank: int,
+    backend: str,
+    device: str,
+    store: dict[str, Any],
+    timeout_s: float,
+    threads: int,
+    interface: str | None,
+) -> dict[str, Any]:
+    """Form this rank's part of the process group and publish rank, device, ... to %px cells."""
+    if interface:  # keep every socket of the backend on this interface (loopback on one host)
+        os.environ["GLOO_SOCKET_IFNAME"] = interface
+        os.environ["NCCL_SOCKET_IFNAME"] = interface
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(threads)
+    leave_process_group()
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    timeout = timedelta(seconds=timeout_s)
+    dist.init_process_group(
+        backend,
+        store=_make_store(store, rank, world_size, timeout),
+        rank=rank,
+        world_size=world_size,
+        timeout=timeout,
+        device_id=dev if dev.type == "cuda" else None,
+    )
+    _publish(rank=rank, world_size=world_size, local_rank=local_rank, device=dev,
+             torch=torch, dist=dist)
+    return {"rank": dist.get_rank(), "backend": dist.get_backend(), "pid": os.getpid()}
+
+
+def _publish(**names: Any) -> None:
+    """Make names visible to the code of %px cells (the engine's interactive namespace)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is not None:
+        shell.user_ns.update(names)
+
+
+def leave_process_group() -> bool:
+    """Destroy this engine's process group if it has one; True if there was one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+        return True
+    return False

@@ -1,0 +1,113 @@
+"""Pure choices about ranks, devices and backends (no processes, no GPUs needed).
+
+Introduced in notebook 00. Everything here is a plain function of its arguments, so the
+GPU path can be unit-tested on a machine without GPUs by passing fake device counts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+DEFAULT_CPU_RANKS = 4
+BACKENDS = ("gloo", "nccl")
+
+
+class ClusterConfigError(ValueError):
+    """A cluster request that cannot be satisfied on this machine; the message says what to do."""
+
+
+def parse_world_size(value: object, source: str) -> int:
+    """Turn a world size given by argument or environment into an int >= 1, or explain the fix."""
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        raise ClusterConfigError(
+            f"{source}={value!r} is not a whole number; give the number of ranks, e.g. 4"
+        ) from None
+    if n < 1:
+        raise ClusterConfigError(
+            f"{source}={n}: a cluster needs at least 1 rank; give a number from 1 up"
+        )
+    return n
+
+
+def default_world_size(n_gpus: int) -> int:
+    """One rank per GPU on a machine with 2 or more GPUs, otherwise 4 CPU ranks."""
+    return n_gpus if n_gpus >= 2 else DEFAULT_CPU_RANKS
+
+
+def resolve_world_size(n: int | None, n_gpus: int, env: Mapping[str, str] | None = None) -> int:
+    """World size from the argument, else $COURSE_WORLD_SIZE, else the machine's default."""
+    env = os.environ if env is None else env
+    if n is not None:
+        return parse_world_size(n, "n")
+    if env.get("COURSE_WORLD_SIZE", "").strip():
+        return parse_world_size(env["COURSE_WORLD_SIZE"], "COURSE_WORLD_SIZE")
+    return default_world_size(n_gpus)
+
+
+def choose_backend(
+    world_size: int,
+    n_gpus: int,
+    requested: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """nccl when every rank can have its own GPU, gloo otherwise; an explicit request wins."""
+    env = os.environ if env is None else env
+    source = "backend"
+    if requested is None and env.get("COURSE_BACKEND", "").strip():
+        requested, source = env["COURSE_BACKEND"].strip(), "COURSE_BACKEND"
+    if requested is None:
+        return "nccl" if n_gpus >= 2 and world_size <= n_gpus else "gloo"
+    backend = requested.lower()
+    if backend not in BACKENDS:
+        raise ClusterConfigError(
+            f"{source}={requested!r} is not supported by the course; use one of {BACKENDS}"
+        )
+    if backend == "nccl" and world_size > n_gpus:
+        raise ClusterConfigError(
+            f"{source}='nccl' needs one GPU per rank: {world_size} ranks asked for, "
+            f"{n_gpus} GPU(s) visible. Use backend='gloo' (CPU ranks), or ask for at most "
+            f"{n_gpus} ranks (n= or COURSE_WORLD_SIZE)"
+            if n_gpus
+            else f"{source}='nccl' needs GPUs and this machine has none visible; "
+            "use backend='gloo' (CPU ranks) or leave backend unset"
+        )
+    return backend
+
+
+def device_for(local_rank: int, backend: str) -> str:
+    """The device a rank computes on: its own GPU under nccl, the CPU under gloo."""
+    if local_rank < 0:
+        raise ClusterConfigError(f"local_rank must be >= 0, got {local_rank}")
+    return f"cuda:{local_rank}" if backend == "nccl" else "cpu"
+
+
+def local_ranks(hosts: Sequence[str]) -> list[int]:
+    """Local rank of each global rank: its position among the ranks on the same host."""
+    seen: dict[str, int] = {}
+    out = []
+    for host in hosts:
+        out.append(seen.get(host, 0))
+        seen[host] = out[-1] + 1
+    return out
+
+
+def threads_per_rank(cores: int, ranks_on_host: int) -> int:
+    """CPU threads each rank may use so that the ranks on one host do not oversubscribe it."""
+    return max(1, cores // max(1, ranks_on_host))
+
+
+def loopback_interface(interface_names: Sequence[str]) -> str:
+    """Name of the loopback network interface ('lo' on Linux, 'lo0' on macOS)."""
+    for name in ("lo", "lo0"):
+        if name in interface_names:
+            return name
+    for name in interface_names:
+        if name.startswith("lo"):
+            return name
+    raise ClusterConfigError(
+        f"no loopback interface among {list(interface_names)}; set GLOO_SOCKET_IFNAME "
+        "to the interface the ranks should use"
+    )
