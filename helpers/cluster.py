@@ -24,7 +24,7 @@ from typing import Any
 import ipyparallel as ipp
 import psutil
 
-from . import engine
+from . import engine, watchdog
 from .topology import (
     choose_backend,
     device_for,
@@ -92,13 +92,13 @@ class Cluster:
         """Start controller and engines, form the process group, activate %px."""
         self._activate = activate
         self._guard = subprocess.Popen(
-            [sys.executable, "-m", "helpers.watchdog", str(self.dir)],
+            [sys.executable, watchdog.__file__, str(self.dir)],
             stdin=subprocess.PIPE, text=True, start_new_session=True,
         )
         atexit.register(self.stop)
         self._ipp = ipp.Cluster(
             n=self.world_size, profile_dir=str(self.dir / "profile"), controller_ip="127.0.0.1",
-            log_level=logging.WARNING, shutdown_atexit=False,
+            log_level=logging.ERROR, shutdown_atexit=False,
         )
         self._ipp.start_controller_sync(environment={MARKER: str(self.dir)})
         self.client = self._ipp.connect_client_sync()

@@ -23,7 +23,7 @@ def parse_world_size(value: object, source: str) -> int:
         n = int(str(value).strip())
     except ValueError:
         raise ClusterConfigError(
-            f"{source}={value!r} is not a whole number; give the number of ranks, e.g. 4"
+            f"{source}={value!r} is not a whole number; give a number of ranks from 1 up, e.g. 4"
         ) from None
     if n < 1:
         raise ClusterConfigError(

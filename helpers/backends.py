@@ -1,0 +1,143 @@
+"""Probe, live, which operations a backend supports on this machine (run on every rank).
+
+Introduced in notebook 00, used again in notebook 02 to skip what a backend lacks. Every
+probe runs the operation on known inputs and checks the answer, so "yes" means "runs and
+gives the right result here", not "documented".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+Probe = Callable[[int, int, torch.device, object], bool]
+
+
+def _ring(rank: int, n: int, device: torch.device, group: object) -> bool:
+    out, inp = torch.full((2,), float(rank), device=device), torch.zeros(2, device=device)
+    reqs = [dist.isend(out, (rank + 1) % n, group=group),
+            dist.irecv(inp, (rank - 1) % n, group=group)]
+    for req in reqs:
+        req.wait()
+    return bool((inp == (rank - 1) % n).all())
+
+
+def _all_reduce(op: dist.ReduceOp, expected: Callable[[int], float]) -> Probe:
+    def probe(rank, n, device, group):
+        t = torch.tensor([rank + 1.0], device=device)
+        dist.all_reduce(t, op=op, group=group)
+        return t.item() == expected(n)
+    return probe
+
+
+def _broadcast(rank, n, device, group):
+    t = torch.tensor([rank + 1.0], device=device)
+    dist.broadcast(t, src=0, group=group)
+    return t.item() == 1.0
+
+
+def _reduce(rank, n, device, group):
+    t = torch.tensor([rank + 1.0], device=device)
+    dist.reduce(t, dst=0, group=group)
+    return rank != 0 or t.item() == n * (n + 1) / 2
+
+
+def _all_gather(rank, n, device, group):
+    out = [torch.zeros(1, device=device) for _ in range(n)]
+    dist.all_gather(out, torch.tensor([rank + 1.0], device=device), group=group)
+    return [t.item() for t in out] == [r + 1.0 for r in range(n)]
+
+
+# torch 2.13 renamed the single-tensor forms; fall back to the older names on older releases
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def _all_gather_single_probe(rank, n, device, group):
+    out = torch.zeros(n, device=device)
+    _all_gather_single(out, torch.tensor([rank + 1.0], device=device), group=group)
+    return out.tolist() == [r + 1.0 for r in range(n)]
+
+
+def _gather(rank, n, device, group):
+    out = [torch.zeros(1, device=device) for _ in range(n)] if rank == 0 else None
+    dist.gather(torch.tensor([rank + 1.0], device=device), out, dst=0, group=group)
+    return rank != 0 or [t.item() for t in out] == [r + 1.0 for r in range(n)]
+
+
+def _scatter(rank, n, device, group):
+    chunks = [torch.tensor([r + 1.0], device=device) for r in range(n)] if rank == 0 else None
+    t = torch.zeros(1, device=device)
+    dist.scatter(t, chunks, src=0, group=group)
+    return t.item() == rank + 1.0
+
+
+def _reduce_scatter(rank, n, device, group):
+    out = torch.zeros(1, device=device)
+    dist.reduce_scatter(out, [torch.tensor([r + 1.0], device=device) for r in range(n)],
+                        group=group)
+    return out.item() == n * (rank + 1.0)
+
+
+def _reduce_scatter_single_probe(rank, n, device, group):
+    out = torch.zeros(1, device=device)
+    _reduce_scatter_single(out, torch.arange(1.0, n + 1, device=device), group=group)
+    return out.item() == n * (rank + 1.0)
+
+
+def _all_to_all(rank, n, device, group):
+    out = [torch.zeros(1, device=device) for _ in range(n)]
+    dist.all_to_all(out, [torch.tensor([10.0 * rank + r], device=device) for r in range(n)],
+                    group=group)
+    return [t.item() for t in out] == [10.0 * r + rank for r in range(n)]
+
+
+def _all_to_all_single(rank, n, device, group):
+    out = torch.zeros(n, device=device)
+    dist.all_to_all_single(out, 10.0 * rank + torch.arange(n, dtype=torch.float, device=device),
+                           group=group)
+    return out.tolist() == [10.0 * r + rank for r in range(n)]
+
+
+def _barrier(rank, n, device, group):
+    dist.barrier(group=group)
+    return True
+
+
+PROBES: dict[str, Probe] = {
+    "isend/irecv": _ring,
+    "broadcast": _broadcast,
+    "reduce": _reduce,
+    "all_reduce SUM": _all_reduce(dist.ReduceOp.SUM, lambda n: n * (n + 1) / 2),
+    "all_reduce PRODUCT": _all_reduce(dist.ReduceOp.PRODUCT, lambda n: float(math.factorial(n))),
+    "all_reduce MIN": _all_reduce(dist.ReduceOp.MIN, lambda n: 1.0),
+    "all_reduce MAX": _all_reduce(dist.ReduceOp.MAX, lambda n: float(n)),
+    "all_reduce AVG": _all_reduce(dist.ReduceOp.AVG, lambda n: (n + 1) / 2),
+    "all_gather": _all_gather,
+    "all_gather_single": _all_gather_single_probe,
+    "gather": _gather,
+    "scatter": _scatter,
+    "reduce_scatter": _reduce_scatter,
+    "reduce_scatter_single": _reduce_scatter_single_probe,
+    "all_to_all": _all_to_all,
+    "all_to_all_single": _all_to_all_single,
+    "barrier": _barrier,
+}
+
+
+def probe_support(device: torch.device, group: object = None) -> dict[str, str]:
+    """Run every probe on this rank; 'yes', 'WRONG RESULT' or 'no: <the backend's reason>'."""
+    rank, n = dist.get_rank(group), dist.get_world_size(group)
+    table = {}
+    for name, probe in PROBES.items():
+        if name == "isend/irecv" and n < 2:
+            table[name] = "n/a: needs 2 ranks"
+            continue
+        try:
+            table[name] = "yes" if probe(rank, n, device, group) else "WRONG RESULT"
+        except (RuntimeError, ValueError, NotImplementedError) as e:
+            table[name] = "no: " + str(e).strip().splitlines()[0][:70]
+    return table

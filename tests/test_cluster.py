@@ -1,0 +1,135 @@
+"""The cluster's lifecycle on real engines: start, re-form, restart, stop, bad input."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from helpers import ClusterConfigError, ClusterError, start_cluster
+from helpers.watchdog import course_processes
+
+
+def _listening_addresses(pids: list[int]) -> list[str]:
+    """Addresses on which the given processes listen for TCP connections."""
+    out = []
+    for pid in pids:
+        try:
+            conns = psutil.Process(pid).net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        out += [c.laddr.ip for c in conns if c.status == psutil.CONN_LISTEN]
+    return out
+
+
+def _on_ranks(cluster, expr: str) -> list:
+    """expr evaluated on every rank, in rank order (sent as text: engines cannot import tests)."""
+    cluster.view.execute(f"_value = {expr}")
+    return cluster.view["_value"]
+
+
+def _ring_sum(cluster) -> list[float]:
+    cluster.view.execute("t = torch.tensor([rank + 1.0]); dist.all_reduce(t); total = t.item()")
+    return cluster.view["total"]
+
+
+def test_cluster_lifecycle_on_two_ranks():
+    with start_cluster(n=2, activate=False) as cluster:
+        assert cluster.backend == "gloo" and cluster.world_size == 2
+        assert cluster.view["rank"] == [0, 1]
+        assert _on_ranks(cluster, "str(device)") == ["cpu", "cpu"]
+        assert _ring_sum(cluster) == [3.0, 3.0]
+        # every socket the course listens on is on loopback
+        addresses = _listening_addresses(cluster.pids())
+        assert addresses and set(addresses) <= {"127.0.0.1", "::1"}, addresses
+        gloo_env = _on_ranks(cluster, "__import__('os').environ.get('GLOO_SOCKET_IFNAME')")
+        assert set(gloo_env) <= {"lo", "lo0"}, gloo_env
+        # threads are limited so that the ranks do not oversubscribe the cores
+        threads = _on_ranks(cluster, "torch.get_num_threads()")
+        assert all(t * 2 <= max(2, os.cpu_count()) for t in threads), threads
+        # re-forming the group on warm engines
+        gen = cluster.generation
+        cluster.form_group()
+        assert cluster.generation == gen + 1 and _ring_sum(cluster) == [3.0, 3.0]
+        # restarting gives fresh processes, same ranks
+        old = [r.pid for r in cluster.ranks]
+        cluster.restart()
+        assert not set(old) & {r.pid for r in cluster.ranks}
+        assert cluster.view["rank"] == [0, 1] and _ring_sum(cluster) == [3.0, 3.0]
+        pids, private_dir = cluster.pids(), cluster.dir
+    assert not [p for p in pids if psutil.pid_exists(p)]
+    assert not private_dir.exists()
+
+
+def test_starting_again_replaces_the_old_cluster():
+    first = start_cluster(n=1, activate=False)
+    first_pids = first.pids()
+    second = start_cluster(n=1, activate=False)
+    try:
+        assert not [p for p in first_pids if psutil.pid_exists(p)]
+        assert second.view["rank"] == [0]
+    finally:
+        second.stop()
+
+
+def test_world_size_from_environment(monkeypatch):
+    monkeypatch.setenv("COURSE_WORLD_SIZE", "3")
+    with start_cluster(activate=False) as cluster:
+        assert cluster.world_size == 3 and cluster.view["world_size"] == [3, 3, 3]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"n": 0}, "at least 1 rank"),
+    ({"n": 2, "backend": "nccl"}, "needs GPUs"),
+    ({"n": 2, "backend": "mpi"}, "one of"),
+])
+def test_bad_input_is_refused_before_anything_starts(kwargs, match):
+    before = course_processes()
+    with pytest.raises(ClusterConfigError, match=match):
+        start_cluster(activate=False, **kwargs)
+    assert len(course_processes()) == len(before)
+
+
+def test_a_cluster_that_does_not_come_up_in_time_names_the_missing_engines():
+    with pytest.raises(ClusterError, match=r"only 0 of 2 engines registered") as err:
+        start_cluster(n=2, start_timeout=0.01, activate=False)
+    assert "engine process 0" in str(err.value) and "engine process 1" in str(err.value)
+    assert "COURSE_WORLD_SIZE" in str(err.value)
+    time.sleep(0.5)
+    assert not [p for p in course_processes() if p.create_time() > time.time() - 60]
+
+
+KERNEL = textwrap.dedent("""
+    from helpers import start_cluster
+    cluster = start_cluster(n=2, activate=False)
+    print(cluster.dir, flush=True)
+    import time
+    time.sleep(600)
+""")
+
+
+def test_cluster_ends_when_its_kernel_is_sigkilled():
+    kernel = subprocess.Popen([sys.executable, "-c", KERNEL], stdout=subprocess.PIPE, text=True)
+    try:
+        cluster_dir = kernel.stdout.readline().strip()
+        assert cluster_dir, "the stand-in kernel did not start its cluster"
+        assert len(course_processes(cluster_dir)) >= 3
+        kernel.send_signal(signal.SIGKILL)
+        kernel.wait(5)
+        killed_at = time.monotonic()
+        while (course_processes(cluster_dir) or os.path.exists(cluster_dir)) and (
+            time.monotonic() - killed_at < 15
+        ):
+            time.sleep(0.2)
+        assert course_processes(cluster_dir) == [], "engines outlived their kernel by 15 s"
+        print(f"cluster gone {time.monotonic() - killed_at:.1f} s after SIGKILL of its kernel")
+        assert not os.path.exists(cluster_dir)
+    finally:
+        if kernel.poll() is None:
+            kernel.kill()

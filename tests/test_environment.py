@@ -1,0 +1,28 @@
+"""environment.yml (conda, Binder) installs what pyproject.toml pins, and nothing else."""
+
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_environment_yml_matches_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    conda = [d for d in env["dependencies"] if isinstance(d, str)]
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert "python=3.11" in conda and "pip" in conda
+    assert "-e ." in pip, "the course itself must be installed with -e ."
+    packages = [p for p in pip if not p.startswith("-")]
+    assert sorted(packages) == sorted(project["dependencies"]), (
+        "environment.yml's pip list and pyproject.toml's dependencies differ: "
+        f"only in environment.yml {sorted(set(packages) - set(project['dependencies']))}, "
+        f"only in pyproject.toml {sorted(set(project['dependencies']) - set(packages))}"
+    )
+
+
+def test_torch_is_pinned():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert any(d.startswith("torch==") for d in project["dependencies"])

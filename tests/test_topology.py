@@ -1,0 +1,87 @@
+"""The pure choices behind the cluster, checked with fake GPU counts (no GPU needed)."""
+
+import pytest
+
+from helpers.topology import (
+    ClusterConfigError,
+    choose_backend,
+    default_world_size,
+    device_for,
+    local_ranks,
+    loopback_interface,
+    resolve_world_size,
+    threads_per_rank,
+)
+
+
+@pytest.mark.parametrize("n_gpus, expected", [(0, 4), (1, 4), (2, 2), (8, 8)])
+def test_default_world_size_is_one_rank_per_gpu_from_two_gpus(n_gpus, expected):
+    assert default_world_size(n_gpus) == expected
+
+
+def test_world_size_argument_beats_environment_beats_default():
+    env = {"COURSE_WORLD_SIZE": "3"}
+    assert resolve_world_size(2, 8, env) == 2
+    assert resolve_world_size(None, 8, env) == 3
+    assert resolve_world_size(None, 8, {}) == 8
+    assert resolve_world_size(None, 0, {"COURSE_WORLD_SIZE": " "}) == 4
+
+
+@pytest.mark.parametrize("bad", [0, -1, "0", "two", "1.5"])
+def test_bad_world_size_says_what_to_do(bad):
+    with pytest.raises(ClusterConfigError, match="COURSE_WORLD_SIZE") as err:
+        resolve_world_size(None, 0, {"COURSE_WORLD_SIZE": str(bad)})
+    assert "1" in str(err.value)
+    with pytest.raises(ClusterConfigError, match="n="):
+        resolve_world_size(bad, 0, {})
+
+
+@pytest.mark.parametrize(
+    "world_size, n_gpus, expected",
+    [(4, 0, "gloo"), (4, 1, "gloo"), (2, 2, "nccl"), (4, 8, "nccl"), (8, 4, "gloo"),
+     (1, 1, "gloo")],
+)
+def test_backend_is_nccl_only_when_every_rank_has_a_gpu(world_size, n_gpus, expected):
+    assert choose_backend(world_size, n_gpus, env={}) == expected
+
+
+def test_explicit_backend_wins_and_is_validated():
+    assert choose_backend(4, 8, "gloo", env={}) == "gloo"
+    assert choose_backend(2, 2, "NCCL", env={}) == "nccl"
+    assert choose_backend(4, 8, env={"COURSE_BACKEND": "gloo"}) == "gloo"
+    with pytest.raises(ClusterConfigError, match="one of"):
+        choose_backend(2, 2, "mpi", env={})
+
+
+def test_nccl_without_enough_gpus_is_a_clear_error():
+    with pytest.raises(ClusterConfigError, match="has none visible"):
+        choose_backend(2, 0, "nccl", env={})
+    with pytest.raises(ClusterConfigError, match="4 ranks asked for, 2 GPU"):
+        choose_backend(4, 2, "nccl", env={})
+    with pytest.raises(ClusterConfigError, match="COURSE_BACKEND"):
+        choose_backend(4, 2, env={"COURSE_BACKEND": "nccl"})
+
+
+def test_device_per_rank():
+    assert [device_for(i, "nccl") for i in range(3)] == ["cuda:0", "cuda:1", "cuda:2"]
+    assert device_for(5, "gloo") == "cpu"
+    with pytest.raises(ClusterConfigError):
+        device_for(-1, "nccl")
+
+
+def test_local_ranks_count_within_each_host():
+    assert local_ranks(["a"] * 4) == [0, 1, 2, 3]
+    assert local_ranks(["a", "a", "b", "b", "b"]) == [0, 1, 0, 1, 2]
+
+
+@pytest.mark.parametrize("cores, ranks, expected", [(2, 4, 1), (16, 4, 4), (8, 3, 2), (1, 1, 1)])
+def test_threads_never_oversubscribe(cores, ranks, expected):
+    assert threads_per_rank(cores, ranks) == expected
+    assert expected * ranks <= max(cores, ranks)
+
+
+def test_loopback_interface_on_linux_and_macos():
+    assert loopback_interface(["eth0", "lo"]) == "lo"
+    assert loopback_interface(["en0", "lo0", "utun0"]) == "lo0"
+    with pytest.raises(ClusterConfigError, match="GLOO_SOCKET_IFNAME"):
+        loopback_interface(["eth0"])
