@@ -1,10 +1,11 @@
 """Draw every rank's tensor before and after an operation: one row per rank, one cell per value.
 
-Introduced in notebook 02 (collectives). The pictures are drawn from the real tensors,
-pulled from the engines with ``pull_cpu`` (CPU copies, so that a notebook on a GPU machine
-never has to open CUDA in the client). A row may hold a tensor, a list of tensors (drawn
-as groups with a gap between them, e.g. the output list of ``all_gather``) or ``None``
-(the rank has nothing, e.g. a non-root rank's ``gather_list``).
+Introduced in notebook 01 (a ring exchange), used for every collective in notebook 02. The
+pictures are drawn from the real tensors, pulled from the engines with ``pull_cpu`` (CPU
+copies, so that a notebook on a GPU machine never has to open CUDA in the client). A row
+may hold a tensor, a list of tensors (drawn as groups with a gap between them, e.g. the
+output list of ``all_gather``) or ``None`` (the rank has nothing, e.g. a non-root rank's
+``gather_list``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ CELL, GAP = 0.5, 0.12  # inches per cell, and between groups of cells
 
 
 def to_cpu(value: Any) -> Any:
-    """A detached CPU copy of a tensor, or of every tensor in a list/tuple (notebook 02)."""
+    """A detached CPU copy of a tensor, or of every tensor in a list/tuple (notebook 01)."""
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
     if isinstance(value, (list, tuple)):
@@ -33,7 +34,7 @@ def to_cpu(value: Any) -> Any:
 
 
 def pull_cpu(view: ipp.DirectView, name: str) -> list[Any]:
-    """The variable `name` from every rank, in rank order, as CPU tensors (notebook 02)."""
+    """The variable `name` from every rank, in rank order, as CPU tensors (notebook 01)."""
     return view.apply_sync(to_cpu, ipp.Reference(name))
 
 
@@ -88,7 +89,7 @@ def _row_width(row: Row) -> float:
 def draw_ranks(panels: Mapping[str, Sequence[Row]], title: str = "", dpi: int = 80) -> Figure:
     """Side-by-side panels (e.g. before / after), one row per rank, values in coloured cells.
 
-    Introduced in notebook 02. All panels share one colour scale, so equal values have
+    Introduced in notebook 01. All panels share one colour scale, so equal values have
     equal colours before and after.
     """
     if not panels:
@@ -114,7 +115,7 @@ def draw_ranks(panels: Mapping[str, Sequence[Row]], title: str = "", dpi: int = 
 
 
 def show_ranks(view: ipp.DirectView, panels: Mapping[str, str], title: str = "") -> None:
-    """Pull each named variable from every rank and draw them side by side (notebook 02).
+    """Pull each named variable from every rank and draw them side by side (notebook 01).
 
     panels maps a panel's title to the name of the variable on the engines, e.g.
     ``{"before": "before", "after": "t"}``.
