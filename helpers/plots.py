@@ -19,6 +19,9 @@ import torch
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.ticker import FuncFormatter, LogLocator
+
+from .bench import format_bytes
 
 Row = torch.Tensor | Sequence[torch.Tensor] | None
 CELL, GAP = 0.5, 0.12  # inches per cell, and between groups of cells
@@ -34,7 +37,7 @@ def to_cpu(value: Any) -> Any:
 
 
 def pull_cpu(view: ipp.DirectView, name: str) -> list[Any]:
-    """The variable `name` from every rank, in rank order, as CPU tensors (notebook 01)."""
+    """A variable (or expression) from every rank, in rank order, as CPU tensors (notebook 01)."""
     return view.apply_sync(to_cpu, ipp.Reference(name))
 
 
@@ -117,8 +120,8 @@ def draw_ranks(panels: Mapping[str, Sequence[Row]], title: str = "", dpi: int = 
 def show_ranks(view: ipp.DirectView, panels: Mapping[str, str], title: str = "") -> None:
     """Pull each named variable from every rank and draw them side by side (notebook 01).
 
-    panels maps a panel's title to the name of the variable on the engines, e.g.
-    ``{"before": "before", "after": "t"}``.
+    panels maps a panel's title to the name of a variable (or an expression) on the
+    engines, e.g. ``{"before": "before", "after": "t"}``.
     """
     pulled = {label: pull_cpu(view, name) for label, name in panels.items()}
     draw_ranks(pulled, title)
@@ -143,8 +146,10 @@ def plot_bandwidth(
         style = {"color": "black", "linestyle": "--"} if label == reference else {"marker": "o"}
         ax.plot(sizes, [points[s] / 1e6 for s in sizes], label=label, markersize=3, **style)
     ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(LogLocator(base=32))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda b, _: format_bytes(b)))
     ax.set_yscale("log")
-    ax.set_xlabel("message size (bytes)")
+    ax.set_xlabel("message size")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="major", alpha=0.3)

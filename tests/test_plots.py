@@ -65,4 +65,5 @@ def test_plot_bandwidth_draws_the_reference_dashed():
     lines = {ln.get_label(): ln for ln in ax.get_lines()}
     assert lines["point-to-point"].get_linestyle() == "--"
     assert list(lines["all_reduce"].get_ydata()) == [1.0, 100.0]  # MB/s
+    assert ax.xaxis.get_major_formatter()(1024, 0) == "1 KiB"  # sizes read as sizes
     plt.close(fig)
