@@ -78,7 +78,7 @@ def _draw_panel(
     ax.set_yticks(range(len(rows)), [f"rank {r}" for r in range(len(rows))] if labels else [])
     ax.set_xticks([])
     ax.tick_params(length=0)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=10, loc="left")
     for side in ("top", "right", "bottom", "left"):
         ax.spines[side].set_visible(False)
 
@@ -103,7 +103,9 @@ def draw_ranks(panels: Mapping[str, Sequence[Row]], title: str = "", dpi: int = 
     values = [v for rows in panels.values() for row in rows for g in _groups(row) for v in g]
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
     norm = Normalize(lo, hi if hi > lo else lo + 1)
-    widths = [max([_row_width(row) for row in rows] + [2.0]) for rows in panels.values()]
+    # a panel is as wide as its longest row, and wide enough for its title (~0.15 cell a letter)
+    widths = [max([_row_width(row) for row in rows] + [2.0, 0.15 * len(name)])
+              for name, rows in panels.items()]
     n = n_ranks.pop()
     fig, axes = plt.subplots(
         1, len(panels), squeeze=False, dpi=dpi, width_ratios=widths,
