@@ -25,7 +25,7 @@ def test_draw_ranks_draws_one_labelled_cell_per_value():
     assert _cell_texts(left) == ["1", "2", "3", "4", "5", "6"]
     assert _cell_texts(right) == ["9", "12"] * 3
     assert [t.get_text() for t in left.get_yticklabels()] == ["rank 0", "rank 1", "rank 2"]
-    assert left.get_title() == "before" and fig._suptitle.get_text() == "all_reduce"
+    assert left.get_title(loc="left") == "before" and fig._suptitle.get_text() == "all_reduce"
     # one colour scale for both panels: the same value has the same colour
     colours = {}
     for ax in fig.axes:
