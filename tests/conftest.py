@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 
 import psutil
 import pytest
@@ -11,15 +12,18 @@ import pytest
 from helpers.watchdog import course_processes, end_processes
 
 os.environ.setdefault("IPP_NONINTERACTIVE", "1")
-_STARTED = time.time()
+# every process this run starts (kernels, controllers, engines) inherits this tag, so the
+# check below finds this run's processes only, never those of another notebook or test run
+SESSION_TAG = "COURSE_TEST_SESSION"
+os.environ[SESSION_TAG] = uuid.uuid4().hex
 
 
 def _ours() -> list[psutil.Process]:
-    """Course processes started since this test session began (so not another user's)."""
+    """Course processes started by this test run."""
     procs = []
     for p in course_processes():
         try:
-            if p.create_time() >= _STARTED - 1:
+            if p.environ().get(SESSION_TAG) == os.environ[SESSION_TAG]:
                 procs.append(p)
         except psutil.Error:
             pass

@@ -7,12 +7,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import psutil
 import pytest
 
-from helpers import ClusterConfigError, ClusterError, start_cluster
+from helpers import ClusterConfigError, ClusterError, RankError, start_cluster
 from helpers.watchdog import course_processes
 
 
@@ -133,3 +134,29 @@ def test_cluster_ends_when_its_kernel_is_sigkilled():
     finally:
         if kernel.poll() is None:
             kernel.kill()
+
+
+def test_failures_are_reported_by_rank_never_as_a_hang():
+    with start_cluster(n=3, activate=False, cell_timeout=4) as cluster:
+        with pytest.raises(RankError, match=r"failed on rank\(s\) \[1\]") as err:
+            cluster.px("assert rank != 1, f'rank {rank}: planted'")
+        assert err.value.failed == {1: "AssertionError: rank 1: planted"}
+        # a rank that never answers: the wait ends, naming it; Ctrl-C reaches its engine
+        with pytest.raises(RankError, match=r"rank\(s\) \[2\] did not answer within 4 s"):
+            cluster.px("import time\nif rank == 2: time.sleep(60)")
+        cluster.interrupt([2])
+        cluster.px("x = 1", timeout=10)
+        # a rank that dies in the middle of a collective: named within seconds
+        killer = threading.Timer(1.0, os.kill, (cluster.ranks[1].pid, signal.SIGKILL))
+        killer.start()
+        start = time.monotonic()
+        with pytest.raises(RankError, match=r"rank\(s\) \[1\] died") as err:
+            cluster.px("for _ in range(600):\n    dist.all_reduce(torch.ones(1)); time.sleep(0.05)")
+        assert time.monotonic() - start < 1.0 + 4.0
+        assert set(err.value.failed) == {0, 2}, err.value.failed  # the survivors' own errors
+        with pytest.raises(RankError, match=r"rank\(s\) \[1\] died"):
+            cluster.px("x = 2")
+        with pytest.raises(ClusterError, match="restart"):
+            cluster.form_group()
+        cluster.restart()
+        assert _ring_sum(cluster) == [6.0, 6.0, 6.0]
