@@ -30,6 +30,12 @@ def _ours() -> list[psutil.Process]:
     return procs
 
 
+@pytest.fixture
+def own_processes():
+    """A function listing the course processes this test run started (not other users')."""
+    return _ours
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if engines or controllers survive it, then end them (they are ours)."""
     deadline = time.time() + 10  # nannies and guards may still be exiting
