@@ -11,15 +11,18 @@ import pytest
 from helpers.watchdog import course_processes, end_processes
 
 os.environ.setdefault("IPP_NONINTERACTIVE", "1")
-_STARTED = time.time()
+# Every process this session starts (clusters, notebook kernels and their clusters) inherits
+# this mark; processes of another session running at the same time do not carry it.
+_SESSION = f"{os.getpid()}-{time.time()}"
+os.environ["COURSE_TEST_SESSION"] = _SESSION
 
 
 def _ours() -> list[psutil.Process]:
-    """Course processes started since this test session began (so not another user's)."""
+    """Course processes started by this test session (so not another user's, nor another run's)."""
     procs = []
     for p in course_processes():
         try:
-            if p.create_time() >= _STARTED - 1:
+            if p.environ().get("COURSE_TEST_SESSION") == _SESSION:
                 procs.append(p)
         except psutil.Error:
             pass
