@@ -90,10 +90,10 @@ def test_world_size_from_environment(monkeypatch):
     ({"n": 2, "backend": "mpi"}, "one of"),
 ])
 def test_bad_input_is_refused_before_anything_starts(kwargs, match):
-    before = course_processes()
+    before = _of_this_session(course_processes())
     with pytest.raises(ClusterConfigError, match=match):
         start_cluster(activate=False, **kwargs)
-    assert len(course_processes()) == len(before)
+    assert len(_of_this_session(course_processes())) == len(before)
 
 
 def test_a_cluster_that_does_not_come_up_in_time_names_the_missing_engines():
@@ -102,7 +102,19 @@ def test_a_cluster_that_does_not_come_up_in_time_names_the_missing_engines():
     assert "engine process 0" in str(err.value) and "engine process 1" in str(err.value)
     assert "COURSE_WORLD_SIZE" in str(err.value)
     time.sleep(0.5)
-    assert not [p for p in course_processes() if p.create_time() > time.time() - 60]
+    assert not _of_this_session(course_processes())
+
+
+def _of_this_session(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """The processes started by this test session (conftest marks them), not by a concurrent one."""
+    mine = []
+    for p in procs:
+        try:
+            if p.environ().get("COURSE_TEST_SESSION") == os.environ["COURSE_TEST_SESSION"]:
+                mine.append(p)
+        except psutil.Error:
+            pass
+    return mine
 
 
 KERNEL = textwrap.dedent("""
