@@ -2,7 +2,8 @@
 
 Prints figures, asserts nothing about speed. Run: .venv/bin/python benchmarks/startup.py [N]
   - start_cluster(): from nothing to N ranks in a process group, plus one all_reduce;
-  - torchrun: N processes, gloo, rendezvous on 127.0.0.1, one all_reduce, exit;
+  - torchrun: N processes, gloo, one all_reduce, exit; its rendezvous and the process group
+    meet through files (as in notebook 04), so nothing listens beyond the loopback interface;
   - cluster.form_group(): a new process group on warm engines, plus one all_reduce;
   - cluster.restart(): fresh engines and a new process group, plus one all_reduce.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -22,10 +22,14 @@ from pathlib import Path
 os.environ.setdefault("IPP_NONINTERACTIVE", "1")
 
 from helpers import start_cluster  # noqa: E402
+from helpers.launch import run_watched, torchrun_command  # noqa: E402
+from helpers.topology import loopback_interface  # noqa: E402
 
 SCRIPT = textwrap.dedent("""
-    import torch, torch.distributed as dist
-    dist.init_process_group("gloo")
+    import os, sys, torch, torch.distributed as dist
+    world = int(os.environ["WORLD_SIZE"])
+    store = dist.FileStore(sys.argv[1], world)
+    dist.init_process_group("gloo", store=store, rank=int(os.environ["RANK"]), world_size=world)
     t = torch.ones(1)
     dist.all_reduce(t)
     assert t.item() == dist.get_world_size()
@@ -34,20 +38,22 @@ SCRIPT = textwrap.dedent("""
 CHECK = "t = torch.ones(1); dist.all_reduce(t); assert t.item() == world_size"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def torchrun_seconds(n: int, script: Path) -> float:
-    torchrun = Path(sys.executable).with_name("torchrun")
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    cmd = [str(torchrun), f"--nproc-per-node={n}", "--master-addr=127.0.0.1",
-           f"--master-port={free_port()}", str(script)]
+    """Wall time of one torchrun of the script, rendezvous through files on loopback only."""
+    work = Path(tempfile.mkdtemp(dir=script.parent))
+    loopback = loopback_interface([name for _, name in socket.if_nameindex()])
+    env = dict(os.environ, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", GLOO_SOCKET_IFNAME=loopback,
+               OMP_NUM_THREADS="1")
+    cmd = torchrun_command() + [
+        "--nnodes=1", f"--nproc-per-node={n}", "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={work}/rendezvous", "--rdzv-conf=store_type=file",
+        str(script), str(work / "store")]
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env, timeout=120, capture_output=True)
-    return time.perf_counter() - start
+    run = run_watched(cmd, env=env, timeout=120)
+    seconds = time.perf_counter() - start
+    if run.returncode != 0 or not run.listening <= {"127.0.0.1", "::1"}:
+        raise RuntimeError(f"torchrun failed or listened on {run.listening}:\n{run.output[-2000:]}")
+    return seconds
 
 
 def timed(fn) -> float:

@@ -1,4 +1,5 @@
-"""Suite-wide guard: no test or notebook may leave a course process behind."""
+"""Suite-wide settings and guard, for unit tests and notebooks alike: stored outputs are
+compared non-interactively, and no test or notebook may leave a course process behind."""
 
 from __future__ import annotations
 
