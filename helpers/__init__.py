@@ -1,12 +1,14 @@
 """Shared plumbing for the distributed PyTorch course; each module names its notebook."""
 
 from .cluster import Cluster, ClusterError, RankInfo, current_cluster, start_cluster
+from .parallel import RankError
 from .topology import ClusterConfigError
 
 __all__ = [
     "Cluster",
     "ClusterConfigError",
     "ClusterError",
+    "RankError",
     "RankInfo",
     "current_cluster",
     "start_cluster",

@@ -25,6 +25,15 @@ import ipyparallel as ipp
 import psutil
 
 from . import engine, watchdog
+from .parallel import (
+    CourseMagics,
+    RankError,
+    dead_ranks,
+    describe_failure,
+    error_of,
+    first_line,
+    wait_for_ranks,
+)
 from .topology import (
     choose_backend,
     device_for,
@@ -74,9 +83,10 @@ def _log_tail(path: str | None, lines: int = 8) -> str:
 class Cluster:
     """A running course cluster; also a context manager that stops it on exit."""
 
-    def __init__(self, world_size: int, backend: str, *, timeout: float, start_timeout: float):
+    def __init__(self, world_size: int, backend: str, *, timeout: float, start_timeout: float,
+                 cell_timeout: float):
         self.world_size, self.backend = world_size, backend
-        self.timeout, self.start_timeout = timeout, start_timeout
+        self.timeout, self.start_timeout, self.cell_timeout = timeout, start_timeout, cell_timeout
         self.threads = threads_per_rank(os.cpu_count() or 1, world_size)
         self.ranks: list[RankInfo] = []
         self.client: ipp.Client | None = None
@@ -131,7 +141,15 @@ class Cluster:
         self.view = self.client[[ri.engine_id for ri in self.ranks]]
         self.view.block = True
         if self._activate:
-            self.view.activate()
+            self._activate_magics()
+
+    def _activate_magics(self) -> None:
+        """Register %px/%%px for this cluster's ranks in the running IPython kernel."""
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if shell is not None:
+            shell.magics_manager.register(CourseMagics(shell, self.view, self))
 
     def _missing_message(self, launchers: list, registered: int, dead: list) -> str:
         """Say which engine processes did not register, and show the end of their logs."""
@@ -151,8 +169,32 @@ class Cluster:
         )
         return "\n".join(lines)
 
+    def px(self, code: str, ranks: list[int] | None = None, timeout: float | None = None) -> None:
+        """Run code on the ranks (all by default) like %%px; raise RankError naming bad ranks."""
+        chosen = self.ranks if ranks is None else [self.ranks[r] for r in ranks]
+        rank_of = {r.engine_id: r for r in chosen}
+        gone = dead_ranks(chosen)
+        if gone:
+            raise RankError(describe_failure({}, gone, [], None), {}, gone, [])
+        result = self.client[list(rank_of)].execute(code, block=False)
+        wait_for_ranks(result, rank_of, self.cell_timeout if timeout is None else timeout)
+        failed = {rank_of[e].rank: error_of(f) for e, f in zip(result._targets, result._children)}
+        failed = {r: first_line(e) for r, e in sorted(failed.items()) if e is not None}
+        if failed:
+            detail = "\n".join(f"  rank {r}: {msg}" for r, msg in failed.items())
+            raise RankError(f"the code failed on rank(s) {list(failed)}:\n{detail}", failed, [], [])
+
+    def interrupt(self, ranks: list[int] | None = None) -> None:
+        """Send SIGINT to the engines of the ranks (all by default), like Ctrl-C in a %%px cell."""
+        chosen = self.ranks if ranks is None else [self.ranks[r] for r in ranks]
+        self.client.send_signal("SIGINT", targets=[r.engine_id for r in chosen], block=True)
+
     def form_group(self) -> Cluster:
         """(Re-)form the process group on the live engines, with a fresh rendezvous store."""
+        gone = dead_ranks(self.ranks)
+        if gone:
+            raise ClusterError(f"rank(s) {gone} died, so no group can be formed on these engines;"
+                               " call cluster.restart() to start fresh engines")
         self.generation += 1
         store = {"kind": "file", "path": str(self.dir / f"store-{self.generation}")}
         interface = loopback_interface([name for _, name in socket.if_nameindex()])
@@ -265,6 +307,7 @@ def start_cluster(
     *,
     timeout: float = 30.0,
     start_timeout: float = 60.0,
+    cell_timeout: float = 120.0,
     activate: bool = True,
 ) -> Cluster:
     """Start the course cluster (replacing one this kernel already runs) and activate %px.
@@ -273,6 +316,7 @@ def start_cluster(
     backend: 'gloo' or 'nccl' (default $COURSE_BACKEND, else nccl when every rank has a GPU).
     timeout: seconds a collective may wait before it fails (the process group's timeout).
     start_timeout: seconds the engines may take to start and register.
+    cell_timeout: seconds a %%px cell may wait for the ranks before it reports who is missing.
     """
     global _current
     if _current is not None:
@@ -280,7 +324,8 @@ def start_cluster(
     n_gpus = visible_gpus()
     world_size = resolve_world_size(n, n_gpus)
     chosen = choose_backend(world_size, n_gpus, backend)
-    cluster = Cluster(world_size, chosen, timeout=timeout, start_timeout=start_timeout)
+    cluster = Cluster(world_size, chosen, timeout=timeout, start_timeout=start_timeout,
+                      cell_timeout=cell_timeout)
     try:
         cluster.start(activate=activate)
     except BaseException:

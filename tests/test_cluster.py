@@ -7,12 +7,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import psutil
 import pytest
 
-from helpers import ClusterConfigError, ClusterError, start_cluster
+from helpers import ClusterConfigError, ClusterError, RankError, start_cluster
 from helpers.watchdog import course_processes
 
 
@@ -89,20 +90,19 @@ def test_world_size_from_environment(monkeypatch):
     ({"n": 2, "backend": "nccl"}, "needs GPUs"),
     ({"n": 2, "backend": "mpi"}, "one of"),
 ])
-def test_bad_input_is_refused_before_anything_starts(kwargs, match):
-    before = course_processes()
+def test_bad_input_is_refused_before_anything_starts(kwargs, match, own_processes):
+    before = own_processes()
     with pytest.raises(ClusterConfigError, match=match):
         start_cluster(activate=False, **kwargs)
-    assert len(course_processes()) == len(before)
+    assert len(own_processes()) == len(before)
 
 
-def test_a_cluster_that_does_not_come_up_in_time_names_the_missing_engines():
+def test_a_cluster_that_does_not_come_up_in_time_names_the_missing_engines(own_processes):
     with pytest.raises(ClusterError, match=r"only 0 of 2 engines registered") as err:
         start_cluster(n=2, start_timeout=0.01, activate=False)
     assert "engine process 0" in str(err.value) and "engine process 1" in str(err.value)
     assert "COURSE_WORLD_SIZE" in str(err.value)
-    time.sleep(0.5)
-    assert not [p for p in course_processes() if p.create_time() > time.time() - 60]
+    assert own_processes() == [], "a cluster that failed to start left processes behind"
 
 
 KERNEL = textwrap.dedent("""
@@ -133,3 +133,29 @@ def test_cluster_ends_when_its_kernel_is_sigkilled():
     finally:
         if kernel.poll() is None:
             kernel.kill()
+
+
+def test_failures_are_reported_by_rank_never_as_a_hang():
+    with start_cluster(n=3, activate=False, cell_timeout=4) as cluster:
+        with pytest.raises(RankError, match=r"failed on rank\(s\) \[1\]") as err:
+            cluster.px("assert rank != 1, f'rank {rank}: planted'")
+        assert err.value.failed == {1: "AssertionError: rank 1: planted"}
+        # a rank that never answers: the wait ends, naming it; Ctrl-C reaches its engine
+        with pytest.raises(RankError, match=r"rank\(s\) \[2\] did not answer within 4 s"):
+            cluster.px("import time\nif rank == 2: time.sleep(60)")
+        cluster.interrupt([2])
+        cluster.px("x = 1", timeout=10)
+        # a rank that dies in the middle of a collective: named within seconds
+        killer = threading.Timer(1.0, os.kill, (cluster.ranks[1].pid, signal.SIGKILL))
+        killer.start()
+        start = time.monotonic()
+        with pytest.raises(RankError, match=r"rank\(s\) \[1\] died") as err:
+            cluster.px("for _ in range(600):\n    dist.all_reduce(torch.ones(1)); time.sleep(0.05)")
+        assert time.monotonic() - start < 1.0 + 4.0
+        assert set(err.value.failed) == {0, 2}, err.value.failed  # the survivors' own errors
+        with pytest.raises(RankError, match=r"rank\(s\) \[1\] died"):
+            cluster.px("x = 2")
+        with pytest.raises(ClusterError, match="restart"):
+            cluster.form_group()
+        cluster.restart()
+        assert _ring_sum(cluster) == [6.0, 6.0, 6.0]

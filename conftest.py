@@ -1,9 +1,11 @@
-"""Suite-wide guard: no test or notebook may leave a course process behind."""
+"""Suite-wide settings and guard, for unit tests and notebooks alike: stored outputs are
+compared non-interactively, and no test or notebook may leave a course process behind."""
 
 from __future__ import annotations
 
 import os
 import time
+import uuid
 
 import psutil
 import pytest
@@ -11,22 +13,28 @@ import pytest
 from helpers.watchdog import course_processes, end_processes
 
 os.environ.setdefault("IPP_NONINTERACTIVE", "1")
-# Every process this session starts (clusters, notebook kernels and their clusters) inherits
-# this mark; processes of another session running at the same time do not carry it.
-_SESSION = f"{os.getpid()}-{time.time()}"
-os.environ["COURSE_TEST_SESSION"] = _SESSION
+# every process this run starts (kernels, controllers, engines) inherits this tag, so the
+# check below finds this run's processes only, never those of another notebook or test run
+SESSION_TAG = "COURSE_TEST_SESSION"
+os.environ[SESSION_TAG] = uuid.uuid4().hex
 
 
 def _ours() -> list[psutil.Process]:
-    """Course processes started by this test session (so not another user's, nor another run's)."""
+    """Course processes started by this test run."""
     procs = []
     for p in course_processes():
         try:
-            if p.environ().get("COURSE_TEST_SESSION") == _SESSION:
+            if p.environ().get(SESSION_TAG) == os.environ[SESSION_TAG]:
                 procs.append(p)
         except psutil.Error:
             pass
     return procs
+
+
+@pytest.fixture
+def own_processes():
+    """A function listing the course processes this test run started (not other users')."""
+    return _ours
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
