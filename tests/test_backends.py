@@ -29,3 +29,15 @@ def test_gloo_has_tags_and_receives_from_any_source_on_three_ranks():
         tables = cluster.view["p2p"]
         assert tables == [{"send/recv tags": "yes", "recv from any source": "yes"}] * 3, tables
         assert cluster.view["after"] == [3.0] * 3
+        # on a group that leaves rank 0 out, peers are group ranks translated to global ranks
+        cluster.view.execute(
+            "from helpers.backends import PROBES\n"
+            "sub = dist.new_group([1, 2])\n"
+            "sub_table = probe_support(device, sub, {**PROBES, **P2P_PROBES}) if rank else None"
+        )
+        sub_tables = cluster.view["sub_table"]
+        assert sub_tables[0] is None and sub_tables[1] == sub_tables[2], sub_tables
+        wrong = {op: v for op, v in sub_tables[1].items() if not (v == "yes" or v.startswith("no"))}
+        assert not wrong, wrong
+        for op in ["isend/irecv", "broadcast", "send/recv tags", "recv from any source"]:
+            assert sub_tables[1][op] == "yes", (op, sub_tables[1][op])
