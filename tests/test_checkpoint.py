@@ -246,6 +246,7 @@ def test_world_size_check():
 
 
 # ---- sharded (torch.distributed.checkpoint, here without a process group) --------------
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_sharded_load_checks_before_reading(tmp_path):
     path = tmp_path / "step-000003.dcp"
     model = mlp(seed=0)
