@@ -12,6 +12,7 @@ import atexit
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -210,6 +211,11 @@ class Cluster:
 
     def restart(self) -> Cluster:
         """Replace every engine with a fresh process, then form the process group again."""
+        for r in self.ranks:  # their state is thrown away: no need to wait for a polite exit,
+            try:  # which a rank stuck inside a collective would not make
+                os.kill(r.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self._ipp.stop_engines_sync()
         self._wait_gone([ri.pid for ri in self.ranks] + [ri.nanny_pid for ri in self.ranks])
         self._start_engines()
