@@ -1,25 +1,20 @@
-"""Fault drills: provoke a fault on the ranks, time it and its recovery, read a rank's log.
+"""Fault drills: provoke a fault on the ranks, time it and its recovery.
 
 Introduced in notebook 06. ``provoke(cluster, code)`` runs code that is meant to fail and
 returns the RankError together with when it started and ended, so the notebook can report
-the time from the fault to the error. ``Stopwatch`` times a recovery. ``engine_log`` reads
-the log file of a rank's engine, where the C++ side of PyTorch writes when it aborts the
-process. ``timings_table`` and ``plot_timings`` show the measured times beside the process
-group's timeout. ``check_from_left`` is the checker of the notebook's exercise.
+the time from the fault to the error. ``Stopwatch`` times a recovery. ``timings_table`` and
+``plot_timings`` show the measured times beside the process group's timeout.
+``check_from_left`` is the checker of the notebook's exercise.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .checks import check_ranks
 from .parallel import RankError
-
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass
@@ -56,28 +51,18 @@ class Stopwatch:
         self.seconds = time.perf_counter() - self.started
 
 
-def engine_log(cluster: Any, rank: int, contains: str = "", last: int = 20) -> list[str]:
-    """The last lines of the log of rank's engine (kept until cluster.stop()), colours removed.
-
-    Only lines containing `contains`, if given. Messages that C++ prints just before the
-    process aborts end up here, not in the notebook.
-    """
-    pid = cluster.ranks[rank].pid
-    paths = [ln.output_file for es in cluster._ipp.engines.values()
-             for ln in es.launchers.values() if ln.pid == pid]
-    if not paths:
-        return []
-    text = ANSI.sub("", Path(paths[0]).read_text(errors="replace")).splitlines()
-    return [line for line in text if contains in line][-last:]
-
-
 def timings_table(times: dict[str, tuple[float, float, str]], timeout: float) -> str:
     """fault -> (seconds to error, seconds to recover, how) as text, beside the group timeout."""
     rows = [("fault", "to error", "to recover", "recovered with")]
-    rows += [(name, f"{err:.1f} s", f"{rec:.1f} s", how) for name, (err, rec, how) in times.items()]
+    rows += [(name, _seconds(err), _seconds(rec), how) for name, (err, rec, how) in times.items()]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
     return "\n".join(lines + [f"(process group timeout: {timeout:g} s)"])
+
+
+def _seconds(value: float) -> str:
+    """Seconds with one decimal, two below one second."""
+    return f"{value:.2f} s" if value < 1 else f"{value:.1f} s"
 
 
 def plot_timings(times: dict[str, tuple[float, float, str]], timeout: float) -> Any:

@@ -103,3 +103,13 @@ def test_the_record_is_bounded_and_reset_on_install(group_of_one):
     assert calltable.table({0: entries}).endswith("no mismatch")
     calltrace.reset()
     assert calltrace.records() == []
+
+
+def test_overhead_is_measured_without_touching_the_record(group_of_one):
+    dist.all_reduce(torch.ones(1))
+    before = calltrace.records()
+    extra = calltrace.overhead_us(calls=200)
+    assert 0 < extra < 1000, extra  # microseconds per call; a sanity bound, not a speed target
+    assert calltrace.records() == before
+    dist.all_reduce(torch.ones(1))
+    assert [e["seq"] for e in calltrace.records()] == [0, 1]

@@ -41,7 +41,7 @@ def test_timings_are_shown_beside_the_timeout():
     times = {"skipped collective": (5.04, 0.03, "form_group"),
              "dead engine": (2.1, 11.5, "restart")}
     text = timings_table(times, timeout=5)
-    assert "skipped collective  5.0 s" in text and "11.5 s" in text
+    assert "skipped collective  5.0 s     0.03 s" in text and "11.5 s" in text
     assert text.endswith("(process group timeout: 5 s)")
     fig = plot_timings(times, timeout=5)
     assert len(fig.axes[0].patches) == 4

@@ -11,7 +11,7 @@ import pytest
 from helpers import start_cluster
 from helpers.calltable import rows, table
 from helpers.calltrace import fetch
-from helpers.faults import engine_log, provoke
+from helpers.faults import provoke
 
 TIMEOUT = 3
 WORKS = """
@@ -127,5 +127,4 @@ def test_a_shape_mismatch_is_reported_with_detail_and_aborts_a_rank_without(clus
     cluster.form_group()
     fault = provoke(cluster, mismatch, timeout=15)
     assert fault.error.dead == [0], fault.error  # rank 1 sent too much; rank 0 aborts on it
-    assert any("collective mismatch" in line for line in engine_log(cluster, 0, "what()"))
     assert problems(cluster) == ["different shapes: rank 1 [4000], rank 2 [4]"]
