@@ -67,6 +67,29 @@ assert mine.item() == sum(range(world_size)), f"rank {rank}: async all_reduce ga
     assert not problems(cluster), table(traces)
 
 
+def test_ddp_and_distributed_checkpoint_work_with_the_record(cluster, tmp_path):
+    cluster.px(f"""
+import torch.distributed.checkpoint as dcp
+from torch.nn.parallel import DistributedDataParallel as DDP
+torch.manual_seed(0)
+model = DDP(torch.nn.Linear(4, 2).to(device))
+x = torch.full((8, 4), float(rank + 1), device=device)
+model(x).sum().backward()
+grads = [None] * world_size
+dist.all_gather_object(grads, model.module.weight.grad.cpu())
+assert all(torch.equal(g, grads[0]) for g in grads), f"rank {{rank}}: DDP gradients differ"
+dcp.save({{"model": model.module.state_dict()}}, checkpoint_id="{tmp_path}")
+fresh = torch.nn.Linear(4, 2).to(device)
+state = {{"model": fresh.state_dict()}}
+dcp.load(state, checkpoint_id="{tmp_path}")
+fresh.load_state_dict(state["model"])
+assert torch.equal(fresh.weight, model.module.weight), f"rank {{rank}}: checkpoint differs"
+""")
+    traces = fetch(cluster)
+    assert "all_gather_object" in [e["op"] for e in traces[0]]
+    assert not problems(cluster), table(traces)
+
+
 def test_a_skipped_collective_is_named_by_monitored_barrier_and_by_the_record(cluster):
     cluster.form_group()
     fault = provoke(cluster, """
