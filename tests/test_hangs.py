@@ -1,6 +1,6 @@
 """Each fault kind of notebook 06 on real engines: the error, the call record, the recovery.
 
-One 3-rank cluster with a 3 s process group timeout serves the module; the last test leaves
+One 3-rank cluster with a 2 s process group timeout serves the module; the last test leaves
 a rank dead, and the fixture stops the cluster. Code runs on the engines as text.
 """
 
@@ -13,7 +13,7 @@ from helpers.calltable import rows, table
 from helpers.calltrace import fetch
 from helpers.faults import provoke
 
-TIMEOUT = 3
+TIMEOUT = 2
 WORKS = """
 t = torch.tensor([rank + 1.0], device=device)
 dist.all_reduce(t)
@@ -27,9 +27,11 @@ def cluster():
         yield c
 
 
-def timed_out(message: str) -> bool:
-    """Gloo's words for a timeout: its own, or a peer closing the connection on its timeout."""
-    return "Timed out" in message or "timeout caused pair closure" in message
+def timed_out(failed: dict[int, str]) -> bool:
+    """Gloo errors on every rank, at least one of them a timeout (when the first rank times
+    out it closes its connections, so the others may report a closed connection instead)."""
+    return (all(m.startswith("RuntimeError") for m in failed.values())
+            and any("Timed out" in m for m in failed.values()))
 
 
 def problems(cluster) -> list[str]:
@@ -100,7 +102,7 @@ for step in range(2 if rank == 1 else 3):
 """)
     assert set(fault.error.failed) == {0, 2}, fault.error
     assert "Ranks 1 failed to pass monitoredBarrier" in fault.error.failed[0]
-    assert fault.seconds < 1 + 3
+    assert fault.seconds < 1 + TIMEOUT + 1
     assert problems(cluster) == ["rank(s) [1] never made this call"]
     cluster.form_group()
     cluster.px(WORKS)
@@ -113,7 +115,7 @@ dist.recv(got, src=(rank - 1) % world_size)
 dist.send(got, dst=(rank + 1) % world_size)
 """)
     assert set(fault.error.failed) == {0, 1, 2}, fault.error
-    assert all(timed_out(msg) for msg in fault.error.failed.values()), fault.error
+    assert timed_out(fault.error.failed), fault.error.failed
     assert TIMEOUT - 0.5 < fault.seconds < TIMEOUT + 3
     assert problems(cluster) == ["rank 0 receives from rank 2, which makes no matching send"]
     cluster.form_group()
@@ -129,7 +131,7 @@ if rank == 2:
 dist.all_reduce(x)
 """)
     assert fault.error.failed[2] == "ValueError: rank 2: a bad batch"
-    assert all(timed_out(fault.error.failed[r]) for r in (0, 1)), fault.error
+    assert timed_out({r: fault.error.failed[r] for r in (0, 1)}), fault.error.failed
     assert problems(cluster) == ["rank(s) [2] never made this call"]
     cluster.form_group()
     cluster.px(WORKS)
