@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .calltrace import SENDS
+
 Entry = dict[str, Any]
 Traces = dict[int, "list[Entry] | str"]
 
@@ -102,7 +104,7 @@ def _parts(rank: int, entry: Entry) -> list[tuple[str, int | None, Any]]:
         return [("send" if op == "isend" else "recv", peer, shape)
                 for op, peer, shape in entry["parts"]]
     shape = entry["shapes"][0] if entry["shapes"] else None
-    return [("send" if entry["op"] in ("send", "isend", "send_object_list") else "recv",
+    return [("send" if entry["op"] in SENDS else "recv",
              entry["peer"], shape)]
 
 

@@ -34,7 +34,7 @@ COLLECTIVES = (
 POINT_TO_POINT = (
     "send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list", "recv_object_list",
 )
-SENDS = ("send", "isend", "send_object_list")
+SENDS = ("send", "isend", "send_object_list")  # the others in POINT_TO_POINT receive
 PEER_ARGS = ("dst", "src", "group_dst", "group_src")
 
 _calls: deque[dict[str, Any]] = deque(maxlen=256)
@@ -118,7 +118,10 @@ def _wrap(name: str, fn: Callable) -> Callable:
     def recorded(*args: Any, **kwargs: Any) -> Any:
         if getattr(_local, "inside", False):
             return fn(*args, **kwargs)
-        entry = _entry(name, signature, args, kwargs)
+        try:
+            entry = _entry(name, signature, args, kwargs)
+        except Exception:  # noqa: BLE001 - the record must never break the call it records
+            entry = None
         if entry is None:
             return fn(*args, **kwargs)
         _local.inside = True
@@ -152,15 +155,15 @@ def _entry(name: str, signature: inspect.Signature, args: tuple, kwargs: dict
     if not ranks:
         return None
     kind = "collective" if name in COLLECTIVES else "p2p"
+    shapes, dtype = _tensors(name, arguments)
+    peer, parts = _peer(arguments, ranks), _parts(arguments.get("p2p_op_list") or ())
     count, n = _counters.get(label, 0), _counters.get("*", 0)
     _counters["*"] = n + 1  # every call this rank recorded: n > 0 first means a full deque
     if kind == "collective":
         _counters[label] = count + 1
-    shapes, dtype = _tensors(name, arguments)
     entry = {
         "n": n, "op": name, "kind": kind, "group": label, "group_ranks": ranks, "seq": count,
-        "shapes": shapes, "dtype": dtype, "peer": _peer(arguments, ranks),
-        "parts": _parts(arguments.get("p2p_op_list") or ()),
+        "shapes": shapes, "dtype": dtype, "peer": peer, "parts": parts,
         "async": bool(arguments.get("async_op")) or name in ("isend", "irecv", "batch_isend_irecv"),
         "state": "running", "error": None, "start": time.time(), "seconds": None,
     }
@@ -227,6 +230,7 @@ def _parts(p2p_ops: Any) -> tuple[tuple[str, int, tuple], ...]:
 
 
 def _first_line(err: BaseException) -> str:
+    """The first line of an error's message (messages of the backends can be long)."""
     text = str(err).strip()
     return text.splitlines()[0] if text else ""
 

@@ -113,3 +113,16 @@ def test_overhead_is_measured_without_touching_the_record(group_of_one):
     assert calltrace.records() == before
     dist.all_reduce(torch.ones(1))
     assert [e["seq"] for e in calltrace.records()] == [0, 1]
+
+
+def test_a_failure_of_the_record_itself_never_breaks_the_call(group_of_one, monkeypatch):
+    def broken(*args):
+        raise KeyError("the record is broken")
+
+    monkeypatch.setattr(calltrace, "_tensors", broken)
+    t = torch.ones(2)
+    assert dist.all_reduce(t) is None and t.tolist() == [1.0, 1.0]
+    assert calltrace.records() == []
+    monkeypatch.undo()
+    dist.all_reduce(t)
+    assert [e["seq"] for e in calltrace.records()] == [0], "a failed record must not use a number"
