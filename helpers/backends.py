@@ -1,8 +1,11 @@
 """Probe, live, which operations a backend supports on this machine (run on every rank).
 
-Introduced in notebook 00, used again in notebook 02 to skip what a backend lacks. Every
-probe runs the operation on known inputs and checks the answer, so "yes" means "runs and
-gives the right result here", not "documented".
+Introduced in notebook 00, used again in notebooks 01 and 02 to skip what a backend lacks.
+Every probe runs the operation on known inputs and checks the answer, so "yes" means "runs
+and gives the right result here", not "documented". ``P2P_PROBES`` (notebook 01) probe two
+point-to-point features that gloo has and nccl lacks: message tags and receiving from any
+source. They are written so that a backend without the feature fails fast on every rank,
+with no message left unmatched.
 """
 
 from __future__ import annotations
@@ -16,10 +19,15 @@ import torch.distributed as dist
 Probe = Callable[[int, int, torch.device, object], bool]
 
 
+def global_rank(group: object, group_rank: int) -> int:
+    """The global rank of a group's member (send, recv and src= name peers by global rank)."""
+    return group_rank if group is None else dist.get_global_rank(group, group_rank)
+
+
 def _ring(rank: int, n: int, device: torch.device, group: object) -> bool:
     out, inp = torch.full((2,), float(rank), device=device), torch.zeros(2, device=device)
-    reqs = [dist.isend(out, (rank + 1) % n, group=group),
-            dist.irecv(inp, (rank - 1) % n, group=group)]
+    reqs = [dist.isend(out, global_rank(group, (rank + 1) % n), group=group),
+            dist.irecv(inp, global_rank(group, (rank - 1) % n), group=group)]
     for req in reqs:
         req.wait()
     return bool((inp == (rank - 1) % n).all())
@@ -35,13 +43,13 @@ def _all_reduce(op: dist.ReduceOp, expected: Callable[[int], float]) -> Probe:
 
 def _broadcast(rank, n, device, group):
     t = torch.tensor([rank + 1.0], device=device)
-    dist.broadcast(t, src=0, group=group)
+    dist.broadcast(t, src=global_rank(group, 0), group=group)
     return t.item() == 1.0
 
 
 def _reduce(rank, n, device, group):
     t = torch.tensor([rank + 1.0], device=device)
-    dist.reduce(t, dst=0, group=group)
+    dist.reduce(t, dst=global_rank(group, 0), group=group)
     return rank != 0 or t.item() == n * (n + 1) / 2
 
 
@@ -64,14 +72,15 @@ def _all_gather_single_probe(rank, n, device, group):
 
 def _gather(rank, n, device, group):
     out = [torch.zeros(1, device=device) for _ in range(n)] if rank == 0 else None
-    dist.gather(torch.tensor([rank + 1.0], device=device), out, dst=0, group=group)
+    dist.gather(torch.tensor([rank + 1.0], device=device), out, dst=global_rank(group, 0),
+                group=group)
     return rank != 0 or [t.item() for t in out] == [r + 1.0 for r in range(n)]
 
 
 def _scatter(rank, n, device, group):
     chunks = [torch.tensor([r + 1.0], device=device) for r in range(n)] if rank == 0 else None
     t = torch.zeros(1, device=device)
-    dist.scatter(t, chunks, src=0, group=group)
+    dist.scatter(t, chunks, src=global_rank(group, 0), group=group)
     return t.item() == rank + 1.0
 
 
@@ -128,12 +137,65 @@ PROBES: dict[str, Probe] = {
 }
 
 
-def probe_support(device: torch.device, group: object = None) -> dict[str, str]:
+def _agree(ok: bool, reason: str, device: torch.device, group: object) -> None:
+    """Send rank 1's verdict to every rank; if not ok, raise NotImplementedError(reason) on all."""
+    verdict = torch.tensor([1.0 if ok else 0.0], device=device)
+    dist.broadcast(verdict, src=global_rank(group, 1), group=group)
+    if verdict.item() != 1.0:
+        raise NotImplementedError(reason)
+
+
+def _tags(rank, n, device, group):
+    """Rank 0 sends tags 1 then 2; rank 1 receives tag 2 first. With tags honoured, no mix-up."""
+    first, second = torch.zeros(1, device=device), torch.zeros(1, device=device)
+    if rank == 0:
+        one = global_rank(group, 1)
+        reqs = [dist.isend(torch.tensor([1.0], device=device), one, group=group, tag=1),
+                dist.isend(torch.tensor([2.0], device=device), one, group=group, tag=2)]
+    elif rank == 1:
+        zero = global_rank(group, 0)
+        reqs = [dist.irecv(second, zero, group=group, tag=2),
+                dist.irecv(first, zero, group=group, tag=1)]
+    for req in reqs if rank < 2 else []:
+        req.wait()
+    ok = rank != 1 or (first.item(), second.item()) == (1.0, 2.0)
+    _agree(ok, "tags are ignored: messages are matched in the order they were sent",
+           device, group)
+    return True
+
+
+def _recv_any_source(rank, n, device, group):
+    """Rank 1 posts a receive with src=None; rank 0 sends only if rank 1 could post it."""
+    buf, req, reason = torch.zeros(1, device=device), None, ""
+    if rank == 1:
+        try:
+            req = dist.irecv(buf, src=None, group=group)
+        except (RuntimeError, ValueError, NotImplementedError) as e:
+            reason = str(e).strip().splitlines()[0][:60]
+    _agree(rank != 1 or req is not None, reason or "the receiving rank could not post it",
+           device, group)
+    if rank == 0:
+        dist.send(torch.tensor([7.0], device=device), global_rank(group, 1), group=group)
+    if rank == 1:
+        req.wait()
+        return buf.item() == 7.0
+    return True
+
+
+P2P_PROBES: dict[str, Probe] = {
+    "send/recv tags": _tags,
+    "recv from any source": _recv_any_source,
+}
+
+
+def probe_support(
+    device: torch.device, group: object = None, probes: dict[str, Probe] = PROBES
+) -> dict[str, str]:
     """Run every probe on this rank; 'yes', 'WRONG RESULT' or 'no: <the backend's reason>'."""
     rank, n = dist.get_rank(group), dist.get_world_size(group)
     table = {}
-    for name, probe in PROBES.items():
-        if name == "isend/irecv" and n < 2:
+    for name, probe in probes.items():
+        if n < 2 and (name == "isend/irecv" or name in P2P_PROBES):
             table[name] = "n/a: needs 2 ranks"
             continue
         try:

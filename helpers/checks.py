@@ -15,7 +15,10 @@ import torch
 def _same(got: Any, expected: Any, atol: float) -> bool:
     """True if got equals expected: exactly for ints, within atol for floating tensors."""
     if isinstance(got, torch.Tensor) or isinstance(expected, torch.Tensor):
-        got, expected = torch.as_tensor(got), torch.as_tensor(expected)
+        try:
+            got, expected = torch.as_tensor(got), torch.as_tensor(expected)
+        except (TypeError, RuntimeError, ValueError):  # e.g. None where a tensor is expected
+            return False
         if got.shape != expected.shape:
             return False
         if got.is_floating_point() or expected.is_floating_point():

@@ -27,11 +27,21 @@ def digits(test_fraction: float = 0.25, seed: int = 0) -> tuple[torch.Tensor, ..
     return x[train], y[train], x[test], y[test]
 
 
-def mlp(hidden: int = 64, seed: int | None = None) -> nn.Sequential:
-    """A two-layer perceptron for digits; with seed, the same initial weights on every call."""
+def mlp(hidden: int = 64, seed: int | None = None, depth: int = 1) -> nn.Sequential:
+    """A perceptron for digits with `depth` hidden layers; with seed, the same weights every call.
+
+    The default (one hidden layer) is the course model. Notebooks 03 and 04 time gradient
+    averaging on a deeper one, because the cost of communication grows with the number of
+    parameter tensors.
+    """
+    if depth < 1:
+        raise ValueError(f"depth must be at least 1 hidden layer, got {depth}")
     if seed is not None:
         torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(N_FEATURES, hidden), nn.ReLU(), nn.Linear(hidden, N_CLASSES))
+    layers: list[nn.Module] = [nn.Linear(N_FEATURES, hidden), nn.ReLU()]
+    for _ in range(depth - 1):
+        layers += [nn.Linear(hidden, hidden), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(hidden, N_CLASSES))
 
 
 @torch.no_grad()

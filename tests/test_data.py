@@ -21,3 +21,19 @@ def test_mlp_seed_gives_identical_weights_and_untrained_accuracy_is_chance():
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
     x_tr, y_tr, x_te, y_te = digits()
     assert accuracy(a, x_te, y_te) < 0.3
+
+
+def test_mlp_depth_adds_hidden_layers_and_keeps_the_default_model():
+    default = mlp(seed=3)
+    assert [tuple(p.shape) for p in default.parameters()] == [(64, 64), (64,), (10, 64), (10,)]
+    deep = mlp(hidden=16, depth=3, seed=3)
+    assert [tuple(p.shape) for p in deep.parameters()] == [
+        (16, 64), (16,), (16, 16), (16,), (16, 16), (16,), (10, 16), (10,)
+    ]
+    assert deep(torch.zeros(2, 64)).shape == (2, 10)
+    try:
+        mlp(depth=0)
+    except ValueError as e:
+        assert "depth" in str(e)
+    else:
+        raise AssertionError("mlp(depth=0) should raise")

@@ -1,4 +1,5 @@
-"""Suite-wide guard: no test or notebook may leave a course process behind."""
+"""Suite-wide settings and guard, for unit tests and notebooks alike: stored outputs are
+compared non-interactively, and no test or notebook may leave a course process behind."""
 
 from __future__ import annotations
 
@@ -28,6 +29,12 @@ def _ours() -> list[psutil.Process]:
         except psutil.Error:
             pass
     return procs
+
+
+@pytest.fixture
+def own_processes():
+    """A function listing the course processes this test run started (not other users')."""
+    return _ours
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

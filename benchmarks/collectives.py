@@ -1,0 +1,84 @@
+"""Closing figures of notebook 02, from one run: all_reduce bus bandwidth against the
+point-to-point bandwidth between two ranks, and a hand-written ring all-reduce against
+dist.all_reduce, at the same message size. Prints; asserts nothing about speed.
+
+    .venv/bin/python benchmarks/collectives.py            # 32 MiB, ranks as start_cluster picks
+    COURSE_WORLD_SIZE=2 .venv/bin/python benchmarks/collectives.py --mib 8
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from helpers import start_cluster
+from helpers.bench import algbw, busbw, format_bytes
+
+
+def measure(nbytes: int, warmup: int, repeats: int) -> dict[str, float]:
+    """On every rank: median times (slowest rank) of send/recv 0->1, all_reduce and the ring."""
+    import torch
+    import torch.distributed as dist
+
+    from helpers.bench import time_op
+
+    rank, n = dist.get_rank(), dist.get_world_size()
+    device = torch.device(f"cuda:{torch.cuda.current_device()}") if dist.get_backend() == "nccl" \
+        else torch.device("cpu")
+    x = torch.ones(nbytes // 4, device=device)
+
+    def send_0_to_1() -> None:
+        if rank == 0:
+            dist.send(x, dst=1)
+        elif rank == 1:
+            dist.recv(x, src=0)
+
+    def ring_all_reduce() -> None:  # the ring of notebook 02: reduce-scatter, then all-gather
+        right, left = (rank + 1) % n, (rank - 1) % n
+        chunks = list(x.view(-1).tensor_split(n))
+
+        def exchange(to_send: torch.Tensor, to_receive: torch.Tensor) -> None:
+            ops = [dist.P2POp(dist.isend, to_send, right), dist.P2POp(dist.irecv, to_receive, left)]
+            for req in dist.batch_isend_irecv(ops):
+                req.wait()
+
+        for s in range(n - 1):
+            mine = chunks[(rank - s - 1) % n]
+            incoming = torch.empty_like(mine)
+            exchange(chunks[(rank - s) % n], incoming)
+            mine += incoming
+        for s in range(n - 1):
+            exchange(chunks[(rank + 1 - s) % n], chunks[(rank - s) % n])
+
+    def timed(fn):
+        return time_op(fn, device, warmup=warmup, repeats=repeats)
+
+    return {"send/recv": timed(send_0_to_1), "all_reduce": timed(lambda: dist.all_reduce(x)),
+            "ring": timed(ring_all_reduce)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mib", type=int, default=32, help="message size in MiB (default 32)")
+    parser.add_argument("--repeats", type=int, default=10, help="timed repeats (default 10)")
+    args = parser.parse_args()
+    nbytes = args.mib * 2**20
+    with start_cluster(activate=False) as cluster:
+        n = cluster.world_size
+        if n < 2:
+            raise SystemExit("needs 2 ranks or more")
+        times = cluster.view.apply_sync(measure, nbytes, 3, args.repeats)[0]
+        p2p = algbw(nbytes, times["send/recv"])
+        bus = busbw("all_reduce", nbytes, times["all_reduce"], n)
+        print(f"{n} ranks, {cluster.backend}, devices {sorted({r.device for r in cluster.ranks})}, "
+              f"message {format_bytes(nbytes)}, median of {args.repeats} repeats (slowest rank)")
+        print(f"all_reduce bus bandwidth    {bus / 1e6:9.1f} MB/s   "
+              f"({times['all_reduce'] * 1e3:.2f} ms, bus factor 2(n-1)/n = {2 * (n - 1) / n:.2f})")
+        print(f"send/recv 0->1 bandwidth    {p2p / 1e6:9.1f} MB/s   "
+              f"({times['send/recv'] * 1e3:.2f} ms)")
+        print(f"ratio all_reduce bus / send/recv: {bus / p2p:.2f}")
+        print(f"ring all-reduce by hand {times['ring'] * 1e3:.2f} ms vs dist.all_reduce "
+              f"{times['all_reduce'] * 1e3:.2f} ms: {times['ring'] / times['all_reduce']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""How long it takes to get a working process group: the course's cluster beside torchrun.
+
+Prints figures, asserts nothing about speed. Run: .venv/bin/python benchmarks/startup.py [N]
+  - start_cluster(): from nothing to N ranks in a process group, plus one all_reduce;
+  - torchrun: N processes, gloo, one all_reduce, exit; its rendezvous and the process group
+    meet through files (as in notebook 04), so nothing listens beyond the loopback interface;
+  - cluster.form_group(): a new process group on warm engines, plus one all_reduce;
+  - cluster.restart(): fresh engines and a new process group, plus one all_reduce.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+os.environ.setdefault("IPP_NONINTERACTIVE", "1")
+
+from helpers import start_cluster  # noqa: E402
+from helpers.launch import run_watched, torchrun_command  # noqa: E402
+from helpers.topology import loopback_interface  # noqa: E402
+
+SCRIPT = textwrap.dedent("""
+    import os, sys, torch, torch.distributed as dist
+    world = int(os.environ["WORLD_SIZE"])
+    store = dist.FileStore(sys.argv[1], world)
+    dist.init_process_group("gloo", store=store, rank=int(os.environ["RANK"]), world_size=world)
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == dist.get_world_size()
+    dist.destroy_process_group()
+""")
+CHECK = "t = torch.ones(1); dist.all_reduce(t); assert t.item() == world_size"
+
+
+def torchrun_seconds(n: int, script: Path) -> float:
+    """Wall time of one torchrun of the script, rendezvous through files on loopback only."""
+    work = Path(tempfile.mkdtemp(dir=script.parent))
+    loopback = loopback_interface([name for _, name in socket.if_nameindex()])
+    env = dict(os.environ, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", GLOO_SOCKET_IFNAME=loopback,
+               OMP_NUM_THREADS="1")
+    cmd = torchrun_command() + [
+        "--nnodes=1", f"--nproc-per-node={n}", "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={work}/rendezvous", "--rdzv-conf=store_type=file",
+        str(script), str(work / "store")]
+    start = time.perf_counter()
+    run = run_watched(cmd, env=env, timeout=120)
+    seconds = time.perf_counter() - start
+    if run.returncode != 0 or not run.listening <= {"127.0.0.1", "::1"}:
+        raise RuntimeError(f"torchrun failed or listened on {run.listening}:\n{run.output[-2000:]}")
+    return seconds
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main(n: int = 4, repeats: int = 3) -> None:
+    script = Path(tempfile.mkdtemp()) / "one_all_reduce.py"
+    script.write_text(SCRIPT)
+    rows = {"start_cluster() + all_reduce": [], "torchrun + all_reduce": [],
+            "form_group() on warm engines + all_reduce": [], "restart() + all_reduce": []}
+    for _ in range(repeats):
+        start = time.perf_counter()
+        cluster = start_cluster(n=n, activate=False)
+        cluster.px(CHECK)
+        rows["start_cluster() + all_reduce"].append(time.perf_counter() - start)
+        rows["form_group() on warm engines + all_reduce"].append(
+            timed(lambda c=cluster: (c.form_group(), c.px(CHECK))))
+        rows["restart() + all_reduce"].append(timed(lambda c=cluster: (c.restart(), c.px(CHECK))))
+        cluster.stop()
+        rows["torchrun + all_reduce"].append(torchrun_seconds(n, script))
+    print(f"{n} ranks, gloo, {os.cpu_count()} cores; median of {repeats} runs (min-max)")
+    for name, times in rows.items():
+        print(f"  {name:<44} {statistics.median(times):6.2f} s  "
+              f"({min(times):.2f}-{max(times):.2f})")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 4)

@@ -1,0 +1,43 @@
+"""The point-to-point probes of helpers.backends (notebook 01), on real gloo ranks."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from helpers import start_cluster
+from helpers.backends import P2P_PROBES, probe_support
+
+
+def test_p2p_probes_need_two_ranks(tmp_path):
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "s"), 1),
+                            rank=0, world_size=1)
+    try:
+        table = probe_support(torch.device("cpu"), probes=P2P_PROBES)
+    finally:
+        dist.destroy_process_group()
+    assert table == {name: "n/a: needs 2 ranks" for name in P2P_PROBES}
+
+
+def test_gloo_has_tags_and_receives_from_any_source_on_three_ranks():
+    with start_cluster(n=3, activate=False) as cluster:
+        cluster.view.execute(
+            "from helpers.backends import P2P_PROBES, probe_support\n"
+            "p2p = probe_support(device, probes=P2P_PROBES)\n"
+            "t = torch.ones(1); dist.all_reduce(t); after = t.item()"  # the group still works
+        )
+        tables = cluster.view["p2p"]
+        assert tables == [{"send/recv tags": "yes", "recv from any source": "yes"}] * 3, tables
+        assert cluster.view["after"] == [3.0] * 3
+        # on a group that leaves rank 0 out, peers are group ranks translated to global ranks
+        cluster.view.execute(
+            "from helpers.backends import PROBES\n"
+            "sub = dist.new_group([1, 2])\n"
+            "sub_table = probe_support(device, sub, {**PROBES, **P2P_PROBES}) if rank else None"
+        )
+        sub_tables = cluster.view["sub_table"]
+        assert sub_tables[0] is None and sub_tables[1] == sub_tables[2], sub_tables
+        wrong = {op: v for op, v in sub_tables[1].items() if not (v == "yes" or v.startswith("no"))}
+        assert not wrong, wrong
+        for op in ["isend/irecv", "broadcast", "send/recv tags", "recv from any source"]:
+            assert sub_tables[1][op] == "yes", (op, sub_tables[1][op])
