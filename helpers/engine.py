@@ -78,6 +78,9 @@ def join_process_group(
         timeout=timeout,
         device_id=dev if dev.type == "cuda" else None,
     )
+    from . import calltrace
+
+    calltrace.install()  # a fresh record of this rank's calls for the new group (notebook 06)
     _publish(rank=rank, world_size=world_size, local_rank=local_rank, device=dev,
              torch=torch, dist=dist)
     return {"rank": dist.get_rank(), "backend": dist.get_backend(), "pid": os.getpid()}

@@ -1,0 +1,149 @@
+"""Clusters driven from real Jupyter kernels, as a learner's notebooks drive them.
+
+Two kernels (started like JupyterLab starts them, through jupyter_client) each run a 2-rank
+cluster at the same time. One is interrupted in the middle of stuck %%px cells; the other is
+killed with SIGKILL, and its engines and controller must end by themselves, within seconds,
+while the first kernel's cluster keeps working.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import psutil
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+from helpers.watchdog import course_processes
+
+START = """
+from helpers import start_cluster
+cluster = start_cluster(n=2, timeout={timeout})
+print(cluster.dir)
+"""
+
+
+class Kernel:
+    """A Jupyter kernel and a client for it; run() executes a cell and returns its outputs."""
+
+    def __init__(self, env: dict[str, str]):
+        self.manager, self.client = start_new_kernel(kernel_name="python3",
+                                                     env={**os.environ, **env})
+        self.pid = self.manager.provisioner.process.pid
+
+    def submit(self, code: str) -> str:
+        return self.client.execute(code)
+
+    def wait(self, msg_id: str, timeout: float) -> tuple[str, str]:
+        """(status, outputs) of a submitted cell; raises TimeoutError if it does not return."""
+        outputs, deadline = [], time.monotonic() + timeout
+        while True:
+            msg = self.client.get_iopub_msg(timeout=max(0.01, deadline - time.monotonic()))
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            content, kind = msg["content"], msg["msg_type"]
+            if kind == "stream":
+                outputs.append(content["text"])
+            elif kind in ("execute_result", "display_data"):
+                outputs.append(content["data"].get("text/plain", ""))
+            elif kind == "error":
+                outputs.append(f"{content['ename']}: {content['evalue']}")
+            elif kind == "status" and content["execution_state"] == "idle":
+                break
+        reply = self.client.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
+        return reply["content"]["status"], "".join(outputs)
+
+    def run(self, code: str, timeout: float = 60) -> str:
+        """Execute a cell; return its outputs, or fail the test with its error."""
+        status, outputs = self.wait(self.submit(code), timeout)
+        assert status == "ok", outputs
+        return outputs
+
+    def close(self) -> None:
+        """Stop the cluster and the kernel (if it is still alive)."""
+        if self.manager.is_alive():
+            self.run("cluster.stop()", timeout=30)
+            self.manager.shutdown_kernel(now=True)
+        self.client.stop_channels()
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    """Kernels 'a' and 'b', each with its own 2-rank cluster, started at the same time.
+
+    IPP_NONINTERACTIVE is unset in them, as in JupyterLab (`make lab`).
+    """
+    with ThreadPoolExecutor(2) as pool:
+        started = list(pool.map(lambda _: Kernel({"IPP_NONINTERACTIVE": ""}), range(2)))
+        cells = [k.submit(START.format(timeout=3)) for k in started]
+        dirs = list(pool.map(lambda kc: kc[0].wait(kc[1], 90), zip(started, cells)))
+    for k, (status, out) in zip(started, dirs):
+        assert status == "ok", out
+        k.dir = out.strip()
+    yield dict(zip("ab", started))
+    for k in started:
+        k.close()
+
+
+def interrupt_after(kernel: Kernel, code: str, delay: float) -> tuple[float, str, str]:
+    """Run code, press 'interrupt' after `delay` s; return seconds until the cell returned."""
+    msg_id = kernel.submit(code)
+    time.sleep(delay)
+    pressed = time.monotonic()
+    kernel.manager.interrupt_kernel()
+    status, outputs = kernel.wait(msg_id, timeout=15)
+    return time.monotonic() - pressed, status, outputs
+
+
+def test_interrupting_a_stuck_px_cell_reaches_the_engines(kernels):
+    b = kernels["b"]
+    seconds, _, outputs = interrupt_after(b, """%%px
+import time
+try:
+    time.sleep(60)
+except KeyboardInterrupt:
+    interrupted = True
+    raise
+""", delay=1.5)
+    print(f"sleeping cell returned {seconds:.2f} s after the interrupt")
+    assert seconds < 3, outputs
+    assert "Interrupted: sending SIGINT" in outputs
+    assert b.run("print(cluster.view['interrupted'])").strip() == "[True, True]"
+    # stuck inside a collective: the cell returns at once, the engines when the wait times out
+    seconds, _, outputs = interrupt_after(
+        b, "%%px\ngot = torch.zeros(1)\ndist.recv(got, src=(rank + 1) % world_size)", delay=1.0)
+    print(f"cell stuck in recv returned {seconds:.2f} s after the interrupt")
+    assert seconds < 3 and "Interrupted" in outputs, outputs
+    b.run("cluster.form_group()\n"
+          "cluster.px('t = torch.ones(1); dist.all_reduce(t); assert t.item() == world_size')")
+
+
+def test_two_kernels_do_not_interfere_and_a_killed_one_takes_only_its_own_cluster(kernels):
+    a, b = kernels["a"], kernels["b"]
+    assert a.dir != b.dir
+    ours = {k: {p.pid for p in course_processes(k.dir)} for k in (a, b)}
+    assert len(ours[a]) >= 5 and len(ours[b]) >= 5 and not ours[a] & ours[b], ours
+    # both clusters run collectives at the same time, each with its own numbers
+    loop = """%%px
+for _ in range(200):
+    t = torch.tensor([{scale} * (rank + 1.0)])
+    dist.all_reduce(t)
+    assert t.item() == {scale} * 3, f"rank {{rank}}: got {{t.item()}}"
+"""
+    ids = [k.submit(loop.format(scale=s)) for k, s in ((a, 1), (b, 10))]
+    for k, msg_id in zip((a, b), ids):
+        assert k.wait(msg_id, 60) == ("ok", "")
+    # SIGKILL kernel a: its guard ends its cluster; b's processes and cluster are untouched
+    os.kill(a.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    while (course_processes(a.dir) or os.path.exists(a.dir)) and time.monotonic() - killed < 15:
+        time.sleep(0.1)
+    gone_after = time.monotonic() - killed
+    print(f"kernel a's cluster gone {gone_after:.1f} s after SIGKILL")
+    assert not course_processes(a.dir), "engines or controller outlived their kernel by 15 s"
+    assert not os.path.exists(a.dir)
+    assert all(psutil.pid_exists(p) for p in ours[b])
+    assert b.wait(b.submit(loop.format(scale=10)), 60) == ("ok", "")
