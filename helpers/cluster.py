@@ -249,9 +249,10 @@ class Cluster:
         if self._ipp is None:
             shutil.rmtree(self.dir, ignore_errors=True)
             return
-        if self.view is not None and self.client is not None:
+        live = [r.engine_id for r in self.ranks if r.rank not in dead_ranks(self.ranks)]
+        if self.client is not None and live:
             try:
-                self.view.apply_async(engine.leave_process_group).get(5)
+                self.client[live].apply_async(engine.leave_process_group).get(5)
             except Exception:  # noqa: BLE001 - engines may be dead or busy; they are ended below
                 pass
         try:  # engines first, so their nannies can still say goodbye to the controller

@@ -158,6 +158,6 @@ class CourseMagics(ParallelMagics):
             print(f"Interrupted: sending {signal} to the ranks' engines", flush=True)
             self.view.client.send_signal(signal, targets=targets, block=True)
         finally:
-            if not stream:
+            if not stream and result.ready():  # a rank still running has nothing to show yet
                 result.wait_for_output(1)
                 result.display_outputs(groupby)
