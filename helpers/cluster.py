@@ -40,6 +40,7 @@ from .topology import (
     device_for,
     local_ranks,
     loopback_interface,
+    require_ranks,
     resolve_world_size,
     threads_per_rank,
 )
@@ -315,6 +316,7 @@ def start_cluster(
     timeout: float = 30.0,
     start_timeout: float = 60.0,
     cell_timeout: float = 120.0,
+    min_ranks: int = 1,
     activate: bool = True,
 ) -> Cluster:
     """Start the course cluster (replacing one this kernel already runs) and activate %px.
@@ -324,12 +326,13 @@ def start_cluster(
     timeout: seconds a collective may wait before it fails (the process group's timeout).
     start_timeout: seconds the engines may take to start and register.
     cell_timeout: seconds a %%px cell may wait for the ranks before it reports who is missing.
+    min_ranks: the fewest ranks the notebook's lesson makes sense with (checked before starting).
     """
     global _current
     if _current is not None:
         _current.stop()
     n_gpus = visible_gpus()
-    world_size = resolve_world_size(n, n_gpus)
+    world_size = require_ranks(resolve_world_size(n, n_gpus), min_ranks)
     chosen = choose_backend(world_size, n_gpus, backend)
     cluster = Cluster(world_size, chosen, timeout=timeout, start_timeout=start_timeout,
                       cell_timeout=cell_timeout)

@@ -32,6 +32,16 @@ def parse_world_size(value: object, source: str) -> int:
     return n
 
 
+def require_ranks(world_size: int, min_ranks: int) -> int:
+    """The world size, or an error saying that this notebook needs at least min_ranks ranks."""
+    if world_size < min_ranks:
+        raise ClusterConfigError(
+            f"this notebook needs at least {min_ranks} ranks and {world_size} were asked for "
+            f"(n= or COURSE_WORLD_SIZE); set COURSE_WORLD_SIZE={min_ranks} or more"
+        )
+    return world_size
+
+
 def default_world_size(n_gpus: int) -> int:
     """One rank per GPU on a machine with 2 or more GPUs, otherwise 4 CPU ranks."""
     return n_gpus if n_gpus >= 2 else DEFAULT_CPU_RANKS

@@ -9,6 +9,7 @@ from helpers.topology import (
     device_for,
     local_ranks,
     loopback_interface,
+    require_ranks,
     resolve_world_size,
     threads_per_rank,
 )
@@ -85,3 +86,9 @@ def test_loopback_interface_on_linux_and_macos():
     assert loopback_interface(["en0", "lo0", "utun0"]) == "lo0"
     with pytest.raises(ClusterConfigError, match="GLOO_SOCKET_IFNAME"):
         loopback_interface(["eth0"])
+
+
+def test_a_notebook_that_needs_more_ranks_says_how_many():
+    assert require_ranks(2, 2) == 2
+    with pytest.raises(ClusterConfigError, match="at least 2 ranks and 1 were asked for"):
+        require_ranks(1, 2)
