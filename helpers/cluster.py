@@ -111,6 +111,8 @@ class Cluster:
         self._ipp = ipp.Cluster(
             n=self.world_size, profile_dir=str(self.dir / "profile"), controller_ip="127.0.0.1",
             log_level=logging.ERROR, shutdown_atexit=False,
+            # the hub accepts an engine at its first heartbeat: beat often so engines join fast
+            controller_args=["--HeartMonitor.period=1000"],
         )
         self._ipp.start_controller_sync(environment={MARKER: str(self.dir)})
         self.client = self._ipp.connect_client_sync()
