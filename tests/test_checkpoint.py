@@ -60,10 +60,12 @@ while True:
 """
 
 
-def _wait_for(path: Path, timeout: float = 10.0) -> None:
+def _wait_for_step(directory: Path, step: int, timeout: float = 10.0) -> None:
+    """Wait until a checkpoint of this step or a later one exists (the saver prunes old ones,
+    so the first may already be gone when this process gets to look)."""
     deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
+    while (latest := latest_checkpoint(directory)) is None or checkpoint_step(latest) < step:
+        assert time.monotonic() < deadline, f"no checkpoint of step {step} or later appeared"
         time.sleep(0.001)
 
 
@@ -82,7 +84,7 @@ def _kill_during_save(directory: Path, trials: int, save: str,
         saver = ctx.Process(target=exec, args=(code, {}), daemon=True)
         saver.start()
         try:
-            _wait_for(checkpoint_path(directory, next_step))  # at least one save has begun
+            _wait_for_step(directory, next_step)  # at least one save has completed
             time.sleep(rng.uniform(0.0, 0.03))  # a few saves' worth: lands anywhere in one
         finally:
             os.kill(saver.pid, signal.SIGKILL)
