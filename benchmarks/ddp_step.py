@@ -22,7 +22,26 @@ MODELS = {"course MLP (1 hidden layer of 64)": (64, 1),
 BATCH = 32  # samples per rank and step
 
 
-# The two functions below run on the engines (sent by value): they import what they use.
+# The functions below run on the engines (sent by value; the two small ones are pushed to the
+# engines first): they import what they use.
+def _where_am_i():
+    """On a rank: (rank, world size, its device, whether it computes on a GPU)."""
+    import torch
+    import torch.distributed as dist
+
+    on_gpu = dist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+    return dist.get_rank(), dist.get_world_size(), device, on_gpu
+
+
+def _average_per_parameter(model) -> None:
+    """The hand-written average of notebook 03: one all_reduce per parameter, then / n."""
+    import torch.distributed as dist
+
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
+
 def _step_times(hidden: int, depth: int, n: int) -> list[tuple[str, float]]:
     """On every rank: seconds per step of each variant (slowest rank's median of n steps)."""
     import torch
@@ -33,14 +52,7 @@ def _step_times(hidden: int, depth: int, n: int) -> list[tuple[str, float]]:
     from helpers.data import digits, mlp
     from helpers.step_timer import time_on_all_ranks
 
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    on_gpu = dist.get_backend() == "nccl"
-    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
-
-    def per_parameter(model):
-        for p in model.parameters():
-            dist.all_reduce(p.grad)
-            p.grad /= world_size
+    rank, world_size, device, on_gpu = _where_am_i()
 
     def flattened(model):
         grads = [p.grad for p in model.parameters()]
@@ -73,7 +85,7 @@ def _step_times(hidden: int, depth: int, n: int) -> list[tuple[str, float]]:
     return [
         ("no communication (reference)", seconds(fresh())),
         ("DDP", seconds(DDP(fresh(), device_ids=[device] if on_gpu else None))),
-        ("by hand: one all_reduce per parameter", seconds(fresh(), per_parameter)),
+        ("by hand: one all_reduce per parameter", seconds(fresh(), _average_per_parameter)),
         ("by hand: flattened, one all_reduce", seconds(fresh(), flattened)),
     ]
 
@@ -81,21 +93,13 @@ def _step_times(hidden: int, depth: int, n: int) -> list[tuple[str, float]]:
 def _accuracies(steps: int) -> list[tuple[str, float]]:
     """On every rank: test accuracy after steps of SGD (batch 32 per rank, lr 0.3), both ways."""
     import torch
-    import torch.distributed as dist
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
     from helpers.data import accuracy, digits, mlp
 
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    on_gpu = dist.get_backend() == "nccl"
-    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
-
-    def per_parameter(model):
-        for p in model.parameters():
-            dist.all_reduce(p.grad)
-            p.grad /= world_size
+    rank, world_size, device, on_gpu = _where_am_i()
 
     x_train, y_train, x_test, y_test = (t.to(device) for t in digits())
     train_set = TensorDataset(x_train, y_train)
@@ -120,7 +124,7 @@ def _accuracies(steps: int) -> list[tuple[str, float]]:
         return model
 
     ddp = train(DDP(mlp(seed=0).to(device), device_ids=[device] if on_gpu else None))
-    by_hand = train(mlp(seed=0).to(device), per_parameter)
+    by_hand = train(mlp(seed=0).to(device), _average_per_parameter)
     return [("DDP", accuracy(ddp.module, x_test, y_test)),
             ("by hand, one all_reduce per parameter", accuracy(by_hand, x_test, y_test))]
 
@@ -132,6 +136,9 @@ def main() -> None:
     parser.add_argument("--timed", type=int, default=30, help="timed steps per variant")
     args = parser.parse_args()
     with start_cluster(n=args.ranks, activate=False) as cluster:
+        # the engine-side functions look up these two in the engines' namespace
+        cluster.view.push({"_where_am_i": _where_am_i,
+                           "_average_per_parameter": _average_per_parameter})
         print(f"torch {torch.__version__}, {cluster.world_size} ranks, backend {cluster.backend}, "
               f"device {cluster.ranks[0].device}, batch {BATCH} per rank")
         for label, (hidden, depth) in MODELS.items():
