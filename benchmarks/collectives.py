@@ -1,6 +1,7 @@
 """Closing figures of notebook 02, from one run: all_reduce bus bandwidth against the
-point-to-point bandwidth between two ranks, and a hand-written ring all-reduce against
-dist.all_reduce, at the same message size. Prints; asserts nothing about speed.
+point-to-point bandwidth between two ranks, and notebook 02's hand-written ring all-reduce
+(helpers.taught) against dist.all_reduce, at the same message size. Prints; asserts nothing
+about speed.
 
     .venv/bin/python benchmarks/collectives.py            # 32 MiB, ranks as start_cluster picks
     COURSE_WORLD_SIZE=2 .venv/bin/python benchmarks/collectives.py --mib 8
@@ -11,7 +12,8 @@ from __future__ import annotations
 import argparse
 
 from helpers import start_cluster
-from helpers.bench import algbw, busbw, format_bytes
+from helpers.text import format_bytes
+from helpers.timing import algbw, busbw
 
 
 def measure(nbytes: int, warmup: int, repeats: int) -> dict[str, float]:
@@ -19,11 +21,11 @@ def measure(nbytes: int, warmup: int, repeats: int) -> dict[str, float]:
     import torch
     import torch.distributed as dist
 
-    from helpers.bench import time_op
+    from helpers.engine import whereami
+    from helpers.taught import ring_all_reduce
+    from helpers.timing import time_on_all_ranks
 
-    rank, n = dist.get_rank(), dist.get_world_size()
-    device = torch.device(f"cuda:{torch.cuda.current_device()}") if dist.get_backend() == "nccl" \
-        else torch.device("cpu")
+    rank, n, device = whereami()
     x = torch.ones(nbytes // 4, device=device)
 
     def send_0_to_1() -> None:
@@ -32,28 +34,11 @@ def measure(nbytes: int, warmup: int, repeats: int) -> dict[str, float]:
         elif rank == 1:
             dist.recv(x, src=0)
 
-    def ring_all_reduce() -> None:  # the ring of notebook 02: reduce-scatter, then all-gather
-        right, left = (rank + 1) % n, (rank - 1) % n
-        chunks = list(x.view(-1).tensor_split(n))
-
-        def exchange(to_send: torch.Tensor, to_receive: torch.Tensor) -> None:
-            ops = [dist.P2POp(dist.isend, to_send, right), dist.P2POp(dist.irecv, to_receive, left)]
-            for req in dist.batch_isend_irecv(ops):
-                req.wait()
-
-        for s in range(n - 1):
-            mine = chunks[(rank - s - 1) % n]
-            incoming = torch.empty_like(mine)
-            exchange(chunks[(rank - s) % n], incoming)
-            mine += incoming
-        for s in range(n - 1):
-            exchange(chunks[(rank + 1 - s) % n], chunks[(rank - s) % n])
-
     def timed(fn):
-        return time_op(fn, device, warmup=warmup, repeats=repeats)
+        return time_on_all_ranks(fn, device, warmup=warmup, repeats=repeats)
 
     return {"send/recv": timed(send_0_to_1), "all_reduce": timed(lambda: dist.all_reduce(x)),
-            "ring": timed(ring_all_reduce)}
+            "ring": timed(lambda: ring_all_reduce(x))}
 
 
 def main() -> None:

@@ -21,9 +21,9 @@ from pathlib import Path
 
 os.environ.setdefault("IPP_NONINTERACTIVE", "1")
 
-from helpers import start_cluster  # noqa: E402
-from helpers.launch import run_watched, torchrun_command  # noqa: E402
-from helpers.topology import loopback_interface  # noqa: E402
+from helpers import start_cluster
+from helpers.launch import run_watched, torchrun_command
+from helpers.topology import loopback_interface
 
 SCRIPT = textwrap.dedent("""
     import os, sys, torch, torch.distributed as dist

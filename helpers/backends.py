@@ -16,6 +16,8 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from .text import first_line
+
 Probe = Callable[[int, int, torch.device, object], bool]
 
 
@@ -171,7 +173,7 @@ def _recv_any_source(rank, n, device, group):
         try:
             req = dist.irecv(buf, src=None, group=group)
         except (RuntimeError, ValueError, NotImplementedError) as e:
-            reason = str(e).strip().splitlines()[0][:60]
+            reason = first_line(str(e))[:60]
     _agree(rank != 1 or req is not None, reason or "the receiving rank could not post it",
            device, group)
     if rank == 0:
@@ -201,5 +203,5 @@ def probe_support(
         try:
             table[name] = "yes" if probe(rank, n, device, group) else "WRONG RESULT"
         except (RuntimeError, ValueError, NotImplementedError) as e:
-            table[name] = "no: " + str(e).strip().splitlines()[0][:70]
+            table[name] = "no: " + first_line(str(e))[:70]
     return table

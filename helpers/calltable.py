@@ -5,7 +5,7 @@ pulled from every rank into rows: one row per collective (the n-th collective of
 every rank), and before it the point-to-point calls made since the previous collective.
 A row gets a problem when ranks disagree: a rank that never made the call, different
 operations, shapes, dtypes or roots, or a receive that no rank's send matches.
-``table(traces)`` prints the rows; ``plot(traces)`` draws them, ranks by sequence number.
+``table(traces)`` prints the rows; ``helpers.figures.plot_calls(traces)`` draws them.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .calltrace import SENDS
+from .text import table as text_table
 
 Entry = dict[str, Any]
 Traces = dict[int, "list[Entry] | str"]
@@ -158,40 +159,7 @@ def table(traces: Traces, last: int = 12) -> str:
         [row.group, row.label, "≠" if row.problem else ""]
         + [describe(row.cells.get(r)) if r in row.cells else "" for r in ranks]
         for row in selected]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    text = ["  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in lines]
     problems = [f"  {row.group} {row.label}: {row.problem}" for row in selected if row.problem]
-    text += ["(✗ failed, … did not return, — no such call)"]
-    return "\n".join(text + (["mismatch:"] + problems if problems else ["no mismatch"]))
-
-
-def plot(traces: Traces, last: int = 12, ax: Any = None) -> Any:
-    """Draw the last rows: ranks top to bottom, calls left to right, disagreements in red."""
-    import matplotlib.pyplot as plt
-
-    selected = rows(traces)[-last:]
-    ranks = sorted(traces)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(min(10, 1.2 + 1.1 * len(selected)), 0.9 + 0.45 * len(ranks)),
-                             dpi=80)
-    ops = sorted({e["op"] for row in selected for e in row.cells.values() if e})
-    colors = {op: plt.get_cmap("tab10")(i % 10) for i, op in enumerate(ops)}
-    for x, row in enumerate(selected):
-        if row.problem:
-            ax.axvspan(x - 0.5, x + 0.5, color="#f4cccc", zorder=0)
-        for r, entry in row.cells.items():
-            if entry is None:
-                continue
-            bad = entry["state"] not in ("done", "issued")
-            ax.add_patch(plt.Rectangle(
-                (x - 0.45, r - 0.35), 0.9, 0.7, facecolor=colors[entry["op"]], alpha=0.5,
-                edgecolor="red" if bad else "black", linewidth=2 if bad else 0.5,
-                hatch="//" if bad else None))
-            ax.text(x, r, describe(entry).split(" ")[0], ha="center", va="center", fontsize=6)
-    ax.set_xlim(-0.5, max(len(selected), 1) - 0.5)
-    ax.set_ylim(max(ranks, default=0) + 0.5, -0.5)
-    ax.set_xticks(range(len(selected)), [f"{row.group[:5]}\n{row.label}" for row in selected],
-                  fontsize=7)
-    ax.set_yticks(ranks, [f"rank {r}" for r in ranks], fontsize=8)
-    ax.set_title("calls by sequence number (red: ranks disagree; hatched: failed)", fontsize=9)
-    return ax.figure
+    notes = ["(✗ failed, … did not return, — no such call)"]
+    notes += ["mismatch:", *problems] if problems else ["no mismatch"]
+    return "\n".join([text_table(lines), *notes])

@@ -24,6 +24,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from .text import first_line
+
 COLLECTIVES = (
     "all_reduce", "all_reduce_coalesced", "broadcast", "reduce", "all_gather",
     "all_gather_into_tensor", "all_gather_single", "all_gather_coalesced", "all_gather_object",
@@ -129,7 +131,7 @@ def _wrap(name: str, fn: Callable) -> Callable:
         try:
             result = fn(*args, **kwargs)
         except BaseException as e:
-            entry.update(state="failed", error=f"{type(e).__name__}: {_first_line(e)}")
+            entry.update(state="failed", error=first_line(e))
             raise
         finally:
             _local.inside = False
@@ -229,19 +231,13 @@ def _parts(p2p_ops: Any) -> tuple[tuple[str, int, tuple], ...]:
     return tuple((op.op.__name__, op.peer, tuple(op.tensor.shape)) for op in p2p_ops)
 
 
-def _first_line(err: BaseException) -> str:
-    """The first line of an error's message (messages of the backends can be long)."""
-    text = str(err).strip()
-    return text.splitlines()[0] if text else ""
-
-
 def fetch(cluster: Any, timeout: float = 10.0) -> dict[int, list[dict[str, Any]] | str]:
     """Every rank's record, by rank; a rank that cannot answer gets a string saying why.
 
     A rank still blocked in a collective answers only when that collective returns (at the
     process group's timeout), so the wait is bounded by `timeout` seconds.
     """
-    from .parallel import dead_ranks
+    from .px import dead_ranks
 
     gone = set(dead_ranks(cluster.ranks))
     pending = {ri.rank: cluster.client[ri.engine_id].apply_async(records)

@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .text import first_line
+
 TEMP_SUFFIX = ".partial"
 CHECKSUM_KEY = "_sha256"
 ZIP_MAGIC = b"PK\x03\x04"  # torch.save writes a zip archive
@@ -140,7 +142,7 @@ def _why_unreadable(path: Path, err: BaseException) -> str:
                 f"({blocked or type(err).__name__}); weights_only=False would run code "
                 "from the file: use it only for a file you wrote yourself")
     return (f"is truncated or corrupt ({path.stat().st_size} bytes; torch.load says: "
-            f"{text.strip().splitlines()[0] if text.strip() else type(err).__name__})")
+            f"{first_line(text) or type(err).__name__})")
 
 
 def load_checkpoint(path: str | Path, map_location: Any = None) -> dict[str, Any]:
@@ -161,7 +163,7 @@ def load_checkpoint(path: str | Path, map_location: Any = None) -> dict[str, Any
         raise CheckpointError(f"checkpoint {path}: {what}")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:  # noqa: BLE001 - every reason is reported, with the file's name
+    except Exception as e:
         raise CheckpointError(f"checkpoint {path}: {_why_unreadable(path, e)}") from e
     if isinstance(state, dict) and CHECKSUM_KEY in state:
         stored = state.pop(CHECKSUM_KEY)
@@ -250,15 +252,7 @@ def load_sharded(state: dict[str, Any], path: str | Path) -> None:
                               + "\n  ".join(problems))
     try:
         dcp.load(state, checkpoint_id=str(path))
-    except (Exception, CheckpointException) as e:  # noqa: BLE001 - DCP wraps the reason
-        reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+    except (Exception, CheckpointException) as e:
+        lines = str(e).strip().splitlines()  # DCP puts the reason on the last line
+        reason = lines[-1] if lines else type(e).__name__
         raise CheckpointError(f"sharded checkpoint {path}: {reason}") from e
-
-
-# ---- the exercise of notebook 05 -------------------------------------------------------
-def weights_fingerprint(module: Any) -> torch.Tensor:
-    """The sum of each parameter (float64, on the CPU; empty if `module` is not a model)."""
-    if not isinstance(module, nn.Module):
-        return torch.zeros(0, dtype=torch.float64)
-    sums = [p.detach().double().sum().cpu() for p in module.parameters()]
-    return torch.stack(sums) if sums else torch.zeros(0, dtype=torch.float64)

@@ -25,16 +25,8 @@ from typing import Any
 import ipyparallel as ipp
 import psutil
 
-from . import engine, watchdog
-from .parallel import (
-    CourseMagics,
-    RankError,
-    dead_ranks,
-    describe_failure,
-    error_of,
-    first_line,
-    wait_for_ranks,
-)
+from . import engine, px, watchdog
+from .text import first_line, table
 from .topology import (
     choose_backend,
     device_for,
@@ -153,7 +145,7 @@ class Cluster:
 
         shell = get_ipython()
         if shell is not None:
-            shell.magics_manager.register(CourseMagics(shell, self.view, self))
+            shell.magics_manager.register(px.CourseMagics(shell, self.view, self))
 
     def _missing_message(self, launchers: list, registered: int, dead: list) -> str:
         """Say which engine processes did not register, and show the end of their logs."""
@@ -176,26 +168,20 @@ class Cluster:
     def px(self, code: str, ranks: list[int] | None = None, timeout: float | None = None) -> None:
         """Run code on the ranks (all by default) like %%px; raise RankError naming bad ranks."""
         chosen = self.ranks if ranks is None else [self.ranks[r] for r in ranks]
-        rank_of = {r.engine_id: r for r in chosen}
-        gone = dead_ranks(chosen)
-        if gone:
-            raise RankError(describe_failure({}, gone, [], None), {}, gone, [])
-        result = self.client[list(rank_of)].execute(code, block=False)
-        wait_for_ranks(result, rank_of, self.cell_timeout if timeout is None else timeout)
-        failed = {rank_of[e].rank: error_of(f) for e, f in zip(result._targets, result._children)}
-        failed = {r: first_line(e) for r, e in sorted(failed.items()) if e is not None}
-        if failed:
-            detail = "\n".join(f"  rank {r}: {msg}" for r, msg in failed.items())
-            raise RankError(f"the code failed on rank(s) {list(failed)}:\n{detail}", failed, [], [])
+        px.run(self.client, chosen, code, self.cell_timeout if timeout is None else timeout)
 
     def interrupt(self, ranks: list[int] | None = None) -> None:
         """Send SIGINT to the engines of the ranks (all by default), like Ctrl-C in a %%px cell."""
+        self.signal("SIGINT", ranks)
+
+    def signal(self, sig: str | int, ranks: list[int] | None = None) -> None:
+        """Send a signal (a name such as 'SIGINT', or a number) to the ranks' engines."""
         chosen = self.ranks if ranks is None else [self.ranks[r] for r in ranks]
-        self.client.send_signal("SIGINT", targets=[r.engine_id for r in chosen], block=True)
+        self.client.send_signal(sig, targets=[r.engine_id for r in chosen], block=True)
 
     def form_group(self) -> Cluster:
         """(Re-)form the process group on the live engines, with a fresh rendezvous store."""
-        gone = dead_ranks(self.ranks)
+        gone = px.dead_ranks(self.ranks)
         if gone:
             raise ClusterError(f"rank(s) {gone} died, so no group can be formed on these engines;"
                                " call cluster.restart() to start fresh engines")
@@ -234,7 +220,7 @@ class Cluster:
             except ipp.TimeoutError:
                 failed[rank] = f"no answer within {self.timeout + self.start_timeout:g} s"
             except Exception as e:  # noqa: BLE001 - reported to the learner below
-                failed[rank] = f"{type(e).__name__}: {e}".splitlines()[0]
+                failed[rank] = first_line(e)
         if failed:
             detail = "\n".join(f"  rank {r}: {msg}" for r, msg in sorted(failed.items()))
             raise ClusterError(
@@ -252,7 +238,7 @@ class Cluster:
         if self._ipp is None:
             shutil.rmtree(self.dir, ignore_errors=True)
             return
-        live = [r.engine_id for r in self.ranks if r.rank not in dead_ranks(self.ranks)]
+        live = [r.engine_id for r in self.ranks if r.rank not in px.dead_ranks(self.ranks)]
         if self.client is not None and live:
             try:
                 self.client[live].apply_async(engine.leave_process_group).get(5)
@@ -294,10 +280,7 @@ class Cluster:
         """A text table: rank, local rank, device, engine id and pid of every rank."""
         rows = [("rank", "local_rank", "device", "engine_id", "pid")]
         rows += [(r.rank, r.local_rank, r.device, r.engine_id, r.pid) for r in self.ranks]
-        widths = [max(len(str(row[i])) for row in rows) for i in range(5)]
-        return "\n".join(
-            "  ".join(str(v).rjust(w) for v, w in zip(row, widths)) for row in rows
-        )
+        return table(rows, right=range(5))
 
     def __repr__(self) -> str:
         state = "running" if self._ipp is not None else "stopped"

@@ -28,7 +28,7 @@ def describe() -> dict[str, Any]:
         if IPEngine.initialized():
             pipe = getattr(IPEngine.instance(), "nanny_pipe", None)
             info["nanny_pid"] = getattr(pipe, "pid", None)
-    except Exception:  # pragma: no cover - depends on ipyparallel internals
+    except Exception:  # noqa: BLE001 - ipyparallel internals: without them, no nanny pid
         pass
     return info
 
@@ -103,3 +103,17 @@ def leave_process_group() -> bool:
         dist.destroy_process_group()
         return True
     return False
+
+
+def whereami() -> tuple[int, int, Any]:
+    """(rank, world size, device) of this engine's rank, from the process group itself.
+
+    For code sent to the engines by scripts (the benchmarks), which cannot rely on the
+    names ``rank`` and ``device`` that %%px cells see.
+    """
+    import torch
+    import torch.distributed as dist
+
+    on_gpu = dist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+    return dist.get_rank(), dist.get_world_size(), device

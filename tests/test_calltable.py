@@ -2,24 +2,9 @@
 
 from __future__ import annotations
 
-import matplotlib
+from fakes import entry, same_on
 
 from helpers import calltable
-
-matplotlib.use("Agg")
-
-
-def entry(op, seq, *, shapes=((4,),), peer=None, state="done", kind="collective",
-          group="world", ranks=(0, 1, 2), n=0, parts=()):
-    """One record, as helpers.calltrace writes it."""
-    return {"n": n, "op": op, "kind": kind, "group": group, "group_ranks": ranks, "seq": seq,
-            "shapes": shapes, "dtype": "float32", "peer": peer, "parts": parts,
-            "async": False, "state": state, "error": None, "start": 0.0, "seconds": 0.0}
-
-
-def same_on(ranks, *ops):
-    """Each rank made the same collectives, in order."""
-    return {r: [entry(op, i, n=i) for i, op in enumerate(ops)] for r in ranks}
 
 
 def test_matching_ranks_give_aligned_rows_and_no_mismatch():
@@ -99,13 +84,3 @@ def test_subgroups_get_their_own_rows_and_only_their_members_count():
     assert [(r.group, r.label, r.problem) for r in rows] == [
         ("world", "0", None), ("group 1", "0", None)]
     assert calltable.describe(rows[1].cells.get(2)) == "—"
-
-
-def test_plot_draws_one_box_per_call_and_marks_mismatches():
-    traces = same_on(range(3), "all_reduce", "all_reduce")
-    traces[1].pop()
-    fig = calltable.plot(traces)
-    ax = fig.axes[0]
-    assert len(ax.patches) == 5 + 1  # five calls, and one band behind the mismatched row
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["rank 0", "rank 1", "rank 2"]
-    matplotlib.pyplot.close(fig)

@@ -1,9 +1,13 @@
-"""Run code on the ranks with a bounded wait, and report failures by rank, not by engine.
+"""The course's ``%%px``: run code on the ranks, wait a bounded time, report failures by rank.
 
 Introduced in notebook 00 (the ``%%px`` magic the cluster activates) and taught in notebooks
-05 and 06 (dead ranks, hangs). A cell can never block forever: the wait ends when every rank
-has answered, when a rank's process dies (the others are then stuck or failing because of
-it), or after the cluster's ``cell_timeout``. The error names the ranks and says what to do.
+05 and 06 (dead ranks, hangs). ``Cluster.px`` (code as a string, from ordinary Python) and
+the magic share one path: ``submit`` the code to the ranks, then ``wait_for_ranks``. A cell
+can never block forever: the wait ends when every rank has answered, when a rank's process
+dies (the others are then stuck or failing because of it), or after the cluster's
+``cell_timeout``. The error names the ranks and says what to do.
+
+``pull_cpu`` brings a variable back from every rank, in rank order, as CPU copies.
 """
 
 from __future__ import annotations
@@ -13,9 +17,12 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import Any
 
+import ipyparallel as ipp
 import psutil
 from ipyparallel import error as ipp_error
 from ipyparallel.client.magics import ParallelMagics
+
+from .text import first_line
 
 RECOVER = ("Recover with cluster.restart() (fresh engines, new process group; variables on "
            "the engines are lost) or cluster.form_group() (new group, same engines).")
@@ -52,10 +59,13 @@ def error_of(future: Any) -> BaseException | None:
     return future.result() if isinstance(future.result(), BaseException) else None
 
 
-def first_line(err: BaseException) -> str:
-    if isinstance(err, ipp_error.RemoteError):
-        return f"{err.ename}: {str(err.evalue).strip().splitlines()[0] if err.evalue else ''}"
-    return f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err) else ''}"
+def failures(result: Any, rank_of: dict[int, Any]) -> dict[int, str]:
+    """Rank -> first line of its error, for every rank whose part of `result` failed."""
+    found = {}
+    for engine_id, future in zip(result._targets, result._children):
+        if (err := error_of(future)) is not None:
+            found[rank_of[engine_id].rank] = first_line(err)
+    return dict(sorted(found.items()))
 
 
 def describe_failure(failed: dict[int, str], dead: list[int], silent: list[int],
@@ -67,6 +77,8 @@ def describe_failure(failed: dict[int, str], dead: list[int], silent: list[int],
     if silent and not dead:
         lines.append(f"rank(s) {silent} did not answer within {timeout:g} s "
                      "(a hang: a collective or recv that no other rank matches?).")
+    if failed and not dead and not silent:
+        lines.append(f"the code failed on rank(s) {list(failed)}:")
     for rank in sorted(set(failed) | set(silent) | set(dead)):
         if rank in dead:
             lines.append(f"  rank {rank}: process gone")
@@ -79,6 +91,20 @@ def describe_failure(failed: dict[int, str], dead: list[int], silent: list[int],
     if dead or silent:
         lines.append(RECOVER)
     return "\n".join(lines)
+
+
+def submit(client: Any, ranks: Sequence[Any], code: str, silent: bool = True
+           ) -> tuple[Any, dict[int, Any]]:
+    """Start code on the ranks (RankInfo) without waiting; RankError at once if one is dead.
+
+    silent=False (the magic's choice) shows the value of a cell's last expression, and makes
+    an engine drop the requests queued behind a cell that fails, as Jupyter kernels do.
+    """
+    gone = dead_ranks(ranks)
+    if gone:
+        raise RankError(describe_failure({}, gone, [], None), {}, gone, [])
+    rank_of = {r.engine_id: r for r in ranks}
+    return client[list(rank_of)].execute(code, silent=silent, block=False), rank_of
 
 
 def wait_for_ranks(result: Any, rank_of: dict[int, Any], timeout: float,
@@ -102,14 +128,36 @@ def wait_for_ranks(result: Any, rank_of: dict[int, Any], timeout: float,
             break
         result.wait(poll)
     silent = sorted(rank_of[by_msg[m]].rank for m in pending)
-    failed = {}
-    for engine_id, future in zip(result._targets, result._children):
-        rank = rank_of[engine_id].rank
-        if rank not in dead and (err := error_of(future)) is not None:
-            failed[rank] = first_line(err)
     if dead or silent:
-        raise RankError(describe_failure(failed, sorted(set(dead)), silent, timeout),
-                        failed, sorted(set(dead)), silent)
+        failed = {r: msg for r, msg in failures(result, rank_of).items() if r not in dead}
+        dead = sorted(set(dead))
+        raise RankError(describe_failure(failed, dead, silent, timeout), failed, dead, silent)
+
+
+def run(client: Any, ranks: Sequence[Any], code: str, timeout: float) -> None:
+    """Run code on the ranks and wait (bounded); RankError naming every rank that went wrong."""
+    result, rank_of = submit(client, ranks, code)
+    wait_for_ranks(result, rank_of, timeout)
+    failed = failures(result, rank_of)
+    if failed:
+        raise RankError(describe_failure(failed, [], [], timeout), failed, [], [])
+
+
+def to_cpu(value: Any) -> Any:
+    """A detached CPU copy of a tensor, or of every tensor in a list/tuple (notebook 01)."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        return value.detach().cpu()
+    if isinstance(value, list | tuple):
+        return [to_cpu(v) for v in value]
+    return value
+
+
+def pull_cpu(view: ipp.DirectView, name: str) -> list[Any]:
+    """A variable (or expression) from every rank, in rank order, as CPU tensors (notebook 01).
+
+    CPU copies, so that a notebook on a GPU machine never has to open CUDA in the client.
+    """
+    return view.apply_sync(to_cpu, ipp.Reference(name))
 
 
 class CourseMagics(ParallelMagics):
@@ -118,6 +166,19 @@ class CourseMagics(ParallelMagics):
     def __init__(self, shell: Any, view: Any, cluster: Any):
         super().__init__(shell, view)
         self.cluster = cluster
+
+    def _targeted_ranks(self) -> list[Any]:
+        """The ranks (RankInfo) that the view's targets name; RankError for unknown engines."""
+        rank_of = {r.engine_id: r for r in self.cluster.ranks}
+        targets = self.view.targets
+        targets = list(rank_of) if targets in (None, "all") else targets
+        targets = [targets] if isinstance(targets, int) else list(targets)
+        unknown = [t for t in targets if t not in rank_of]
+        if unknown:
+            raise RankError(f"engine id(s) {unknown} are not ranks of this cluster; engine ids of "
+                            f"ranks 0..{len(rank_of) - 1} are {list(rank_of)} "
+                            "(see cluster.ranks)", {}, [], [])
+        return [rank_of[t] for t in targets]
 
     def parallel_execute(self, cell, block=None, groupby="type", save_name=None,
                          stream_output=None, progress_after=None, signal_on_interrupt=None):
@@ -128,19 +189,8 @@ class CourseMagics(ParallelMagics):
                                             progress_after, signal_on_interrupt)
         stream = self.stream_output if stream_output is None else stream_output
         signal = self.signal_on_interrupt if signal_on_interrupt is None else signal_on_interrupt
-        rank_of = {r.engine_id: r for r in self.cluster.ranks}
-        targets = self.view.targets
-        targets = list(rank_of) if targets in (None, "all") else targets
-        targets = [targets] if isinstance(targets, int) else list(targets)
-        unknown = [t for t in targets if t not in rank_of]
-        if unknown:
-            raise RankError(f"engine id(s) {unknown} are not ranks of this cluster; engine ids of "
-                            f"ranks 0..{len(rank_of) - 1} are {list(rank_of)} "
-                            "(see cluster.ranks)", {}, [], [])
-        gone = dead_ranks([rank_of[t] for t in targets])
-        if gone:
-            raise RankError(describe_failure({}, gone, [], None), {}, gone, [])
-        result = self.view.execute(cell, silent=False, block=False, targets=targets)
+        ranks = self._targeted_ranks()
+        result, rank_of = submit(self.view.client, ranks, cell, silent=False)
         self.last_result = result
         if save_name:
             self.shell.user_ns[save_name] = result
@@ -156,7 +206,7 @@ class CourseMagics(ParallelMagics):
                     raise
         except KeyboardInterrupt:
             print(f"Interrupted: sending {signal} to the ranks' engines", flush=True)
-            self.view.client.send_signal(signal, targets=targets, block=True)
+            self.cluster.signal(signal, [r.rank for r in ranks])
         finally:
             if not stream and result.ready():  # a rank still running has nothing to show yet
                 result.wait_for_output(1)

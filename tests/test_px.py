@@ -1,10 +1,10 @@
-"""Failure reports name ranks and say what to do (pure parts of helpers.parallel)."""
+"""Failure reports name ranks and say what to do (pure parts of helpers.px)."""
 
 import os
 import subprocess
 import sys
 
-from helpers.parallel import describe_failure, is_dead
+from helpers.px import describe_failure, is_dead
 
 
 def test_dead_rank_report_names_it_and_the_survivors_errors():

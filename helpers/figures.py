@@ -1,0 +1,277 @@
+"""Every figure of the course, drawn from real values pulled from the ranks.
+
+Per-rank pictures (notebooks 01 and 02): one row per rank, one coloured cell per value,
+before and after an operation. Bandwidth curves (02). Shards, loss curves, step times and a
+bucket sweep for the training notebooks (03, 04). The call record and fault timings (06).
+Each function takes plain values (tensors, numbers) and returns the matplotlib Figure, drawn
+at one resolution (``DPI``) with one font size scale, so every figure looks alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ipyparallel as ipp
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.colors import Normalize
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import FuncFormatter, LogLocator
+
+from .text import format_bytes
+
+DPI = 100  # one resolution for every figure of the course
+Row = torch.Tensor | Sequence[torch.Tensor] | None
+CELL, GAP = 0.5, 0.12  # inches per cell, and between groups of cells
+
+
+def _groups(row: Row) -> list[list[float]]:
+    """A row as groups of values: one group per tensor."""
+    if row is None:
+        return []
+    tensors = [row] if isinstance(row, torch.Tensor) else list(row)
+    return [t.detach().cpu().double().flatten().tolist() for t in tensors]
+
+
+def _label(value: float) -> str:
+    """A cell's text: integers without a decimal point, other numbers with 3 digits."""
+    return f"{value:.0f}" if value == int(value) and abs(value) < 1e6 else f"{value:.3g}"
+
+
+def _draw_panel(
+    ax: Any, rows: Sequence[Row], title: str, norm: Normalize, width: float, labels: bool
+) -> None:
+    """One panel: a row of coloured, labelled cells per rank (rank labels if `labels`)."""
+    cmap = plt.get_cmap("viridis")
+    for r, row in enumerate(rows):
+        x = 0.0
+        groups = _groups(row)
+        if not groups:
+            ax.text(0.05, r, "(nothing)", va="center", ha="left", color="0.5", fontsize=8)
+        for group in groups:
+            for value in group:
+                colour = cmap(norm(value))
+                ax.add_patch(Rectangle((x, r - 0.45), 1, 0.9, facecolor=colour, edgecolor="white"))
+                light = sum(colour[:3]) > 1.5
+                ax.text(x + 0.5, r, _label(value), ha="center", va="center", fontsize=8,
+                        color="black" if light else "white")
+                x += 1
+            x += GAP / CELL
+    ax.set_xlim(0, width)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_yticks(range(len(rows)), [f"rank {r}" for r in range(len(rows))] if labels else [])
+    ax.set_xticks([])
+    ax.tick_params(length=0)
+    ax.set_title(title, fontsize=10, loc="left")
+    for side in ("top", "right", "bottom", "left"):
+        ax.spines[side].set_visible(False)
+
+
+def _row_width(row: Row) -> float:
+    """Width of a row in cell units, gaps between groups included."""
+    groups = _groups(row)
+    return sum(len(g) for g in groups) + GAP / CELL * max(len(groups) - 1, 0)
+
+
+def draw_ranks(panels: Mapping[str, Sequence[Row]], title: str = "") -> Figure:
+    """Side-by-side panels (e.g. before / after), one row per rank, values in coloured cells.
+
+    Introduced in notebook 01. All panels share one colour scale, so equal values have
+    equal colours before and after.
+    """
+    if not panels:
+        raise ValueError("nothing to draw: give at least one panel")
+    n_ranks = {len(rows) for rows in panels.values()}
+    if len(n_ranks) != 1:
+        raise ValueError(f"panels have different numbers of ranks: {sorted(n_ranks)}")
+    values = [v for rows in panels.values() for row in rows for g in _groups(row) for v in g]
+    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    norm = Normalize(lo, hi if hi > lo else lo + 1)
+    # a panel is as wide as its longest row, and wide enough for its title (~0.15 cell a letter)
+    widths = [max([_row_width(row) for row in rows] + [2.0, 0.15 * len(name)])
+              for name, rows in panels.items()]
+    n = n_ranks.pop()
+    fig, axes = plt.subplots(
+        1, len(panels), squeeze=False, dpi=DPI, width_ratios=widths,
+        figsize=(CELL * sum(widths) + 0.4 * len(panels) + 0.8, 0.4 * n + 0.7),
+    )
+    for i, (ax, (name, rows), width) in enumerate(zip(axes[0], panels.items(), widths)):
+        _draw_panel(ax, rows, name, norm, width, labels=i == 0)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def show_ranks(view: ipp.DirectView, panels: Mapping[str, str], title: str = "") -> None:
+    """Pull each named variable from every rank and draw them side by side (notebook 01).
+
+    panels maps a panel's title to the name of a variable (or an expression) on the
+    engines, e.g. ``{"before": "before", "after": "t"}``.
+    """
+    from .px import pull_cpu
+
+    pulled = {label: pull_cpu(view, name) for label, name in panels.items()}
+    draw_ranks(pulled, title)
+    plt.show()
+
+
+def plot_bandwidth(
+    curves: Mapping[str, Mapping[int, float]],
+    title: str,
+    reference: str | None = None,
+    ylabel: str = "bandwidth (MB/s)",
+) -> Figure:
+    """Bandwidth (bytes/s, shown in MB/s) against message size (bytes), log-log (notebook 02).
+
+    curves maps a label to {size in bytes: bytes/s}; the curve named `reference` (e.g. the
+    point-to-point bandwidth) is drawn as a dashed black line.
+    """
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=DPI)
+    for label, points in curves.items():
+        sizes = sorted(points)
+        style = {"color": "black", "linestyle": "--"} if label == reference else {"marker": "o"}
+        ax.plot(sizes, [points[s] / 1e6 for s in sizes], label=label, markersize=3, **style)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(LogLocator(base=32))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda b, _: format_bytes(b)))
+    ax.set_yscale("log")
+    ax.set_xlabel("message size")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# ---- training (notebooks 03 and 04) ----------------------------------------------
+def plot_shards(owner: Sequence[int], world_size: int, first: int = 80) -> Figure:
+    """Grid of ranks x the first samples: a filled cell where that rank holds that sample.
+
+    Shards are disjoint and cover the data when every column has exactly one filled cell.
+    """
+    cols = list(owner)[:first]
+    fig, ax = plt.subplots(figsize=(7, 0.3 * world_size + 0.9), dpi=DPI)
+    grid = [[1 if o == r else 0 for o in cols] for r in range(world_size)]
+    ax.imshow(grid, aspect="auto", cmap="Blues", vmin=0, vmax=1.3, interpolation="nearest")
+    ax.set_yticks(range(world_size), [f"rank {r}" for r in range(world_size)])
+    ax.set_xlabel(f"sample index (first {len(cols)} of {len(owner)})")
+    fig.tight_layout()
+    return fig
+
+
+def plot_loss(losses: Sequence[float], accuracy: float | None = None, window: int = 10) -> Figure:
+    """Loss per step, with a running mean over window steps; the test accuracy in the title."""
+    fig, ax = plt.subplots(figsize=(5.5, 3), dpi=DPI)
+    ax.plot(range(len(losses)), losses, lw=0.8, alpha=0.5, label="loss per step")
+    if len(losses) >= window:
+        mean = [sum(losses[i - window:i]) / window for i in range(window, len(losses) + 1)]
+        ax.plot(range(window - 1, len(losses)), mean, lw=1.8, label=f"mean of {window} steps")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy loss")
+    title = "training loss"
+    if accuracy is not None:
+        title += f" (test accuracy {accuracy:.1%})"
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_step_times(seconds: Mapping[str, float], reference: str) -> Figure:
+    """Bars: milliseconds per step of each variant, labelled with its ratio to reference."""
+    names = list(seconds)
+    ms = [seconds[name] * 1e3 for name in names]
+    fig, ax = plt.subplots(figsize=(6, 0.45 * len(names) + 1), dpi=DPI)
+    bars = ax.barh(names, ms, color=["0.6" if n == reference else "C0" for n in names])
+    for bar, name in zip(bars, names):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
+                f" {seconds[name] / seconds[reference]:.2f}x", va="center")
+    ax.invert_yaxis()
+    ax.set_xlabel("milliseconds per training step (label: ratio to the grey bar)")
+    ax.set_xlim(0, max(ms) * 1.25)
+    fig.tight_layout()
+    return fig
+
+
+def plot_bucket_sweep(
+    caps_mb: Sequence[float], seconds: Sequence[float], others: Mapping[str, float]
+) -> Figure:
+    """DDP's step time against bucket_cap_mb (log scale), other variants as horizontal lines."""
+    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=DPI)
+    ax.plot(caps_mb, [s * 1e3 for s in seconds], "o-", color="C3", label="DDP")
+    for i, (name, s) in enumerate(others.items()):
+        ax.axhline(s * 1e3, ls="--", color=f"C{i}", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("bucket_cap_mb")
+    ax.set_ylabel("ms per training step")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_digits(images: Sequence, labels: Sequence[int], n: int = 10) -> Figure:
+    """The first n 8x8 digit images (64 values in [0, 1] each) with their labels."""
+    fig, axes = plt.subplots(1, n, figsize=(0.8 * n, 1.1), dpi=DPI)
+    for ax, image, label in zip(axes, images, labels):
+        ax.imshow([list(image[i:i + 8]) for i in range(0, 64, 8)], cmap="gray_r", vmin=0, vmax=1)
+        ax.set_title(str(int(label)), fontsize=9)
+        ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+# ---- debugging (notebook 06) -----------------------------------------------------
+def plot_calls(traces: Any, last: int = 12, ax: Any = None) -> Figure:
+    """The call record (notebook 06): ranks top to bottom, calls left to right by sequence
+    number, rows where the ranks disagree in red, calls that failed hatched."""
+    from .calltable import describe, rows
+
+    selected = rows(traces)[-last:]
+    ranks = sorted(traces)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(min(10, 1.2 + 1.1 * len(selected)), 0.9 + 0.45 * len(ranks)),
+                             dpi=DPI)
+    ops = sorted({e["op"] for row in selected for e in row.cells.values() if e})
+    colors = {op: plt.get_cmap("tab10")(i % 10) for i, op in enumerate(ops)}
+    for x, row in enumerate(selected):
+        if row.problem:
+            ax.axvspan(x - 0.5, x + 0.5, color="#f4cccc", zorder=0)
+        for r, entry in row.cells.items():
+            if entry is None:
+                continue
+            bad = entry["state"] not in ("done", "issued")
+            ax.add_patch(plt.Rectangle(
+                (x - 0.45, r - 0.35), 0.9, 0.7, facecolor=colors[entry["op"]], alpha=0.5,
+                edgecolor="red" if bad else "black", linewidth=2 if bad else 0.5,
+                hatch="//" if bad else None))
+            ax.text(x, r, describe(entry).split(" ")[0], ha="center", va="center", fontsize=6)
+    ax.set_xlim(-0.5, max(len(selected), 1) - 0.5)
+    ax.set_ylim(max(ranks, default=0) + 0.5, -0.5)
+    ax.set_xticks(range(len(selected)), [f"{row.group[:5]}\n{row.label}" for row in selected],
+                  fontsize=7)
+    ax.set_yticks(ranks, [f"rank {r}" for r in ranks], fontsize=8)
+    ax.set_title("calls by sequence number (red: ranks disagree; hatched: failed)", fontsize=9)
+    return ax.figure
+
+
+def plot_timings(times: Mapping[str, tuple[float, float, str]], timeout: float) -> Figure:
+    """Fault drills (notebook 06): seconds from fault to error and to recover, timeout marked."""
+    names = list(times)
+    fig, ax = plt.subplots(figsize=(6.5, 0.5 + 0.4 * len(names)), dpi=DPI)
+    ys = range(len(names))
+    ax.barh([y - 0.2 for y in ys], [times[n][0] for n in names], 0.4, label="fault → error")
+    ax.barh([y + 0.2 for y in ys], [times[n][1] for n in names], 0.4, label="recovery")
+    ax.axvline(timeout, color="grey", linestyle="--", label=f"group timeout ({timeout:g} s)")
+    ax.set_yticks(list(ys), names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+

@@ -1,0 +1,128 @@
+"""Code the notebooks have already taught, promoted once so that others can import it.
+
+The lessons stay typed out in their notebooks: the learner writes the ring all-reduce in
+notebook 02 and the gradient averages in notebook 03. Once taught, a later notebook or a
+benchmark imports the version here instead of keeping a copy of its own. These versions
+ask the process group for the rank and the world size instead of reading the names that
+``%%px`` cells see, and otherwise do exactly what the notebook's code does
+(``tests/test_taught.py`` runs both on the same inputs and compares).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+
+# ---- notebook 02 -------------------------------------------------------------------------
+def ring_all_reduce(t: torch.Tensor, trace: list | None = None) -> torch.Tensor:
+    """Sum t over all ranks, in place, with point-to-point calls only (notebook 02).
+
+    Reduce-scatter then all-gather around the ring; `trace` (a list) receives a copy of t
+    between the two phases.
+    """
+    rank, n = dist.get_rank(), dist.get_world_size()
+    right, left = (rank + 1) % n, (rank - 1) % n
+    chunks = list(t.view(-1).tensor_split(n))  # views into t
+
+    def exchange(to_send: torch.Tensor, to_receive: torch.Tensor) -> None:
+        ops = [dist.P2POp(dist.isend, to_send, right), dist.P2POp(dist.irecv, to_receive, left)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+
+    for s in range(n - 1):  # phase 1: reduce-scatter
+        mine = chunks[(rank - s - 1) % n]
+        incoming = torch.empty_like(mine)
+        exchange(chunks[(rank - s) % n], incoming)
+        mine += incoming
+    if trace is not None:
+        trace.append(t.clone())
+    for s in range(n - 1):  # phase 2: all-gather
+        exchange(chunks[(rank + 1 - s) % n], chunks[(rank - s) % n])
+    return t
+
+
+# ---- notebook 03 -------------------------------------------------------------------------
+def average_gradients(model: nn.Module) -> None:
+    """After backward(): replace each gradient by its mean over all ranks (notebook 03)."""
+    world_size = dist.get_world_size()
+    for p in model.parameters():
+        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+        p.grad /= world_size
+
+
+def average_bucket(params: list[nn.Parameter]) -> None:
+    """One all_reduce for the gradients of params: flatten, sum, divide, copy back (nb 03)."""
+    grads = [p.grad for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    flat /= dist.get_world_size()
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def average_gradients_flat(model: nn.Module) -> None:
+    """One all_reduce over all gradients (notebook 03)."""
+    average_bucket(list(model.parameters()))
+
+
+def make_buckets(model: nn.Module, cap_bytes: int) -> list[list[nn.Parameter]]:
+    """Consecutive parameters in buckets of at most cap_bytes; a larger one alone (nb 03)."""
+    buckets, current, size = [], [], 0
+    for p in model.parameters():
+        nbytes = p.numel() * p.element_size()
+        if current and size + nbytes > cap_bytes:
+            buckets.append(current)
+            current, size = [], 0
+        current.append(p)
+        size += nbytes
+    return buckets + [current] if current else buckets
+
+
+def average_gradients_bucketed(buckets: list[list[nn.Parameter]]) -> None:
+    """One all_reduce per bucket (notebook 03)."""
+    for bucket in buckets:
+        average_bucket(bucket)
+
+
+# ---- notebook 04 -------------------------------------------------------------------------
+def train(
+    model: nn.Module,
+    train_set: Dataset,
+    steps: int,
+    *,
+    batch: int,
+    lr: float,
+    average: Callable[[nn.Module], None] | None = None,
+    replicas: int | None = None,
+    replica_rank: int | None = None,
+) -> nn.Module:
+    """SGD for `steps` batches of this rank's DistributedSampler (seed 0, set_epoch every
+    epoch); average(model) after backward() if given (notebook 04's loop)."""
+    sampler = DistributedSampler(train_set, num_replicas=replicas or dist.get_world_size(),
+                                 rank=dist.get_rank() if replica_rank is None else replica_rank,
+                                 shuffle=True, seed=0)
+    loader = DataLoader(train_set, batch_size=batch, sampler=sampler)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    step, epoch = 0, 0
+    while step < steps:
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            opt.zero_grad()
+            out = model(x)
+            F.cross_entropy(out, y.to(out.device)).backward()
+            if average is not None:
+                average(model)
+            opt.step()
+            step += 1
+            if step == steps:
+                break
+        epoch += 1
+    return model

@@ -1,0 +1,51 @@
+"""Text for people: the first line of an error, aligned tables, byte counts and durations.
+
+Used everywhere a helper reports something in words (introduced in notebook 00 with the
+cluster's table). Backends write long, multi-line errors; the course shows their first line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def first_line(error: BaseException | str) -> str:
+    """'Type: first line of the message' for an error (a remote one too), or a text's first line.
+
+    Never fails: a blank message gives the type alone, a blank text gives ''.
+    """
+    if isinstance(error, str):
+        lines = error.strip().splitlines()
+        return lines[0].strip() if lines else ""
+    name = getattr(error, "ename", None) or type(error).__name__  # ipyparallel's RemoteError
+    message = getattr(error, "evalue", None) if hasattr(error, "ename") else str(error)
+    line = first_line(str(message or ""))
+    return f"{name}: {line}" if line else name
+
+
+def table(rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> str:
+    """Rows as aligned columns (the first row is the header); columns in `right` align right."""
+    cells = [[str(value) for value in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells if i < len(row))
+              for i in range(max(map(len, cells), default=0))]
+    lines = []
+    for row in cells:
+        parts = [v.rjust(w) if i in right else v.ljust(w)
+                 for i, (v, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def format_bytes(nbytes: float) -> str:
+    """A byte count for people: 8 B, 32 KiB, 16 MiB (notebook 02)."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(nbytes) < 1024 or unit == "GiB":
+            return f"{nbytes:g} {unit}" if unit == "B" else f"{nbytes:.3g} {unit}"
+        nbytes /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_seconds(seconds: float) -> str:
+    """Seconds with one decimal, two below one second: '3.5 s', '0.06 s'."""
+    return f"{seconds:.2f} s" if seconds < 1 else f"{seconds:.1f} s"

@@ -1,0 +1,36 @@
+"""Fixtures shared by the unit tests (the suite-wide leak guard is the root conftest.py)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MPLBACKEND", "Agg")  # figures are drawn off-screen, before pyplot loads
+
+import pytest
+import torch.distributed as dist
+
+
+@pytest.fixture
+def one_rank_group():
+    """A gloo process group of this test process alone (in-memory store), destroyed after."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="session")
+def cluster3():
+    """A 3-rank gloo cluster shared by the tests whose subject is not the cluster itself.
+
+    Three ranks: an odd number, so that code right only for powers of two fails. It is not
+    this process's current cluster (start_cluster() elsewhere does not replace it). Tests
+    must leave it working: no killed ranks, no broken group.
+    """
+    from helpers.cluster import Cluster
+
+    cluster = Cluster(3, "gloo", timeout=10, start_timeout=60, cell_timeout=60)
+    try:
+        cluster.start(activate=False)
+        yield cluster
+    finally:
+        cluster.stop()

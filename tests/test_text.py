@@ -1,0 +1,30 @@
+"""helpers.text: first lines of errors, tables, byte counts and durations."""
+
+from __future__ import annotations
+
+from ipyparallel.error import RemoteError
+
+from helpers.text import first_line, format_bytes, format_seconds, table
+
+
+def test_first_line_of_errors_and_texts():
+    error = RuntimeError("[gloo] timed out\nmore detail")
+    assert first_line(error) == "RuntimeError: [gloo] timed out"
+    assert first_line(ValueError("")) == "ValueError"  # a blank message: the type alone
+    assert first_line(KeyError()) == "KeyError"
+    assert first_line(RuntimeError("\n\n  second line only \n")) == "RuntimeError: second line only"
+    assert first_line("  \n") == "" and first_line("a\nb") == "a"
+    remote = RemoteError("AssertionError", "rank 1: planted\nTraceback ...", "tb")
+    assert first_line(remote) == "AssertionError: rank 1: planted"
+    assert first_line(RemoteError("ZeroDivisionError", "", "tb")) == "ZeroDivisionError"
+
+
+def test_table_aligns_columns_and_right_aligns_on_request():
+    text = table([("rank", "device"), (0, "cpu"), (10, "cuda:1")], right=[0])
+    assert text.splitlines() == ["rank  device", "   0  cpu", "  10  cuda:1"]
+    assert table([]) == ""
+
+
+def test_bytes_and_seconds_for_people():
+    assert [format_bytes(b) for b in (8, 1536, 16 * 2**20)] == ["8 B", "1.5 KiB", "16 MiB"]
+    assert format_seconds(3.52) == "3.5 s" and format_seconds(0.061) == "0.06 s"
