@@ -1,11 +1,16 @@
 """How long it takes to get a working process group: the course's cluster beside torchrun.
 
-Prints figures, asserts nothing about speed. Run: .venv/bin/python benchmarks/startup.py [N]
-  - start_cluster(): from nothing to N ranks in a process group, plus one all_reduce;
+Prints figures and ratios, asserts nothing about speed.
+Run: .venv/bin/python benchmarks/startup.py [N]
+  - start_cluster(): from nothing to N ranks in a process group, plus one all_reduce, in a
+    process that has imported torch already (as every notebook's setup cell has);
   - torchrun: N processes, gloo, one all_reduce, exit; its rendezvous and the process group
     meet through files (as in notebook 04), so nothing listens beyond the loopback interface;
   - cluster.form_group(): a new process group on warm engines, plus one all_reduce;
-  - cluster.restart(): fresh engines and a new process group, plus one all_reduce.
+  - cluster.restart(): fresh engines and a new process group, plus one all_reduce;
+  - cluster.stop(): until every process of the cluster is gone.
+The two ways of starting alternate (cluster first in odd runs, torchrun first in even ones),
+so that both see the same state of the machine; ratios are taken of the medians.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("IPP_NONINTERACTIVE", "1")
+
+import torch  # noqa: F401 - imported before timing, as a notebook's setup cell does
 
 from helpers import start_cluster
 from helpers.launch import run_watched, torchrun_command
@@ -62,25 +69,40 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def main(n: int = 4, repeats: int = 3) -> None:
+def cluster_seconds(n: int, rows: dict[str, list[float]]) -> None:
+    """One life of a cluster: start, re-form, restart, stop; each step timed into rows."""
+    start = time.perf_counter()
+    cluster = start_cluster(n=n, activate=False)
+    cluster.px(CHECK)
+    rows["start_cluster() + all_reduce"].append(time.perf_counter() - start)
+    rows["form_group() on warm engines + all_reduce"].append(
+        timed(lambda: (cluster.form_group(), cluster.px(CHECK))))
+    rows["restart() + all_reduce"].append(timed(lambda: (cluster.restart(), cluster.px(CHECK))))
+    rows["stop()"].append(timed(cluster.stop))
+
+
+def main(n: int = 4, repeats: int = 5) -> None:
     script = Path(tempfile.mkdtemp()) / "one_all_reduce.py"
     script.write_text(SCRIPT)
-    rows = {"start_cluster() + all_reduce": [], "torchrun + all_reduce": [],
-            "form_group() on warm engines + all_reduce": [], "restart() + all_reduce": []}
-    for _ in range(repeats):
-        start = time.perf_counter()
-        cluster = start_cluster(n=n, activate=False)
-        cluster.px(CHECK)
-        rows["start_cluster() + all_reduce"].append(time.perf_counter() - start)
-        rows["form_group() on warm engines + all_reduce"].append(
-            timed(lambda c=cluster: (c.form_group(), c.px(CHECK))))
-        rows["restart() + all_reduce"].append(timed(lambda c=cluster: (c.restart(), c.px(CHECK))))
-        cluster.stop()
-        rows["torchrun + all_reduce"].append(torchrun_seconds(n, script))
-    print(f"{n} ranks, gloo, {os.cpu_count()} cores; median of {repeats} runs (min-max)")
+    rows: dict[str, list[float]] = {
+        "start_cluster() + all_reduce": [], "torchrun + all_reduce": [],
+        "form_group() on warm engines + all_reduce": [], "restart() + all_reduce": [],
+        "stop()": []}
+    for i in range(repeats):
+        if i % 2:
+            rows["torchrun + all_reduce"].append(torchrun_seconds(n, script))
+            cluster_seconds(n, rows)
+        else:
+            cluster_seconds(n, rows)
+            rows["torchrun + all_reduce"].append(torchrun_seconds(n, script))
+    medians = {name: statistics.median(times) for name, times in rows.items()}
+    torchrun = medians["torchrun + all_reduce"]
+    print(f"{n} ranks, gloo, {os.cpu_count()} cores; "
+          f"median of {repeats} alternating runs (min-max)")
     for name, times in rows.items():
-        print(f"  {name:<44} {statistics.median(times):6.2f} s  "
-              f"({min(times):.2f}-{max(times):.2f})")
+        ratio = "" if name in ("torchrun + all_reduce", "stop()") else (
+            f"   {medians[name] / torchrun:.2f}x torchrun")
+        print(f"  {name:<44} {medians[name]:6.2f} s  ({min(times):.2f}-{max(times):.2f}){ratio}")
 
 
 if __name__ == "__main__":

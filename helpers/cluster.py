@@ -26,6 +26,7 @@ import ipyparallel as ipp
 import psutil
 
 from . import engine, px, watchdog
+from .forkserver import ForkServer, ForkServerError
 from .text import first_line, table
 from .topology import (
     choose_backend,
@@ -39,6 +40,10 @@ from .topology import (
 from .watchdog import MARKER, course_processes, end_processes
 
 _current: Cluster | None = None
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+START_ADVICE = ("The cluster was stopped. Re-run the setup cell; if it fails again, the machine "
+                "may be overloaded: try fewer ranks (COURSE_WORLD_SIZE=2) or a larger "
+                "start_timeout.")
 
 
 class ClusterError(RuntimeError):
@@ -87,6 +92,8 @@ class Cluster:
         self.view: ipp.DirectView | None = None
         self.generation = 0
         self._ipp: ipp.Cluster | None = None
+        self._forkserver: ForkServer | None = None
+        self._starts = 0  # engine start-ups so far (each gets its own log files)
         self._guard: subprocess.Popen | None = None
         self._activate = False
         self.dir = Path(tempfile.mkdtemp(prefix="course-cluster-"))
@@ -100,31 +107,52 @@ class Cluster:
             stdin=subprocess.PIPE, text=True, start_new_session=True,
         )
         atexit.register(self.stop)
-        self._ipp = ipp.Cluster(
-            n=self.world_size, profile_dir=str(self.dir / "profile"), controller_ip="127.0.0.1",
-            log_level=logging.ERROR, shutdown_atexit=False,
-            # the hub accepts an engine at its first heartbeat: beat often so engines join fast
-            controller_args=["--HeartMonitor.period=1000"],
-        )
-        self._ipp.start_controller_sync(environment={MARKER: str(self.dir)})
-        self.client = self._ipp.connect_client_sync()
+        self._forkserver = self._new_forkserver()  # its imports overlap the controller's start
+        self._start_controller()
         self._start_engines()
         self.form_group()
         return self
 
+    def _new_forkserver(self) -> ForkServer:
+        """A fork server with the engines' environment: thread limits, the cluster's tag."""
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **{MARKER: str(self.dir)})
+        env.update({k: str(self.threads) for k in THREAD_VARIABLES})
+        return ForkServer(env, self.dir / "forkserver.log")
+
+    def _start_controller(self) -> None:
+        """Start the ipyparallel controller on loopback and connect this kernel's client."""
+        self._ipp = ipp.Cluster(
+            n=self.world_size, profile_dir=str(self.dir / "profile"), controller_ip="127.0.0.1",
+            log_level=logging.ERROR, shutdown_atexit=False,
+            # the hub accepts an engine at its first heartbeat, so beat often (every 0.1 s);
+            # an engine is declared dead after 100 missed beats (10 s), as with the defaults
+            controller_args=["--HeartMonitor.period=100", "--log-level=WARN",
+                             "--HeartMonitor.max_heartmonitor_misses=100"],
+        )
+        self._ipp.start_controller_sync(environment={MARKER: str(self.dir)})
+        self.client = self._ipp.connect_client_sync()
+
     def _start_engines(self) -> None:
-        """Launch world_size fresh engines and wait (bounded) until every one has registered."""
+        """Fork world_size fresh engines and wait (bounded) until every one has registered."""
         old = set(self.client.ids)
-        env = {k: str(self.threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-        env.update({"PYTHONUNBUFFERED": "1", MARKER: str(self.dir)})
-        self._ipp.start_engines_sync(self.world_size, environment=env)
-        launchers = [ln for es in self._ipp.engines.values() for ln in es.launchers.values()]
+        self._starts += 1
+        logs = [self.dir / f"engine-{self._starts}-{i}.log" for i in range(self.world_size)]
+        if not self._forkserver.alive():
+            self._forkserver = self._new_forkserver()
         deadline = time.monotonic() + self.start_timeout
+        try:
+            pids = self._forkserver.fork(
+                [{"argv": self._engine_argv(), "log": str(log)} for log in logs],
+                self.start_timeout)
+        except ForkServerError as e:
+            raise ClusterError(
+                f"only 0 of {self.world_size} engines registered within {self.start_timeout:g} s:"
+                f" {e}.\n{START_ADVICE}") from e
         while len(new := set(self.client.ids) - old) < self.world_size:
-            dead = [ln for ln in launchers if not psutil.pid_exists(ln.pid)]
+            dead = [pid for pid in pids if px.is_dead(pid)]
             if dead or time.monotonic() > deadline:
-                raise ClusterError(self._missing_message(launchers, len(new), dead))
-            time.sleep(0.1)
+                raise ClusterError(self._missing_message(pids, logs, len(new), dead))
+            time.sleep(0.01)
         infos = self.client[sorted(new)].apply_async(engine.describe).get(self.start_timeout)
         by_id = dict(zip(sorted(new), infos))
         order = sorted(new, key=lambda eid: (by_id[eid]["host"], eid))
@@ -147,23 +175,27 @@ class Cluster:
         if shell is not None:
             shell.magics_manager.register(px.CourseMagics(shell, self.view, self))
 
-    def _missing_message(self, launchers: list, registered: int, dead: list) -> str:
+    def _missing_message(self, pids: list[int], logs: list[Path], registered: int,
+                         dead: list[int]) -> str:
         """Say which engine processes did not register, and show the end of their logs."""
         lines = [
             f"only {registered} of {self.world_size} engines registered within "
             f"{self.start_timeout:g} s." if not dead else
             f"{len(dead)} engine process(es) exited while the cluster was starting."
         ]
-        for i, ln in enumerate(launchers):
-            if ln in dead or not dead:
-                state = "exited" if ln in dead else "running but not registered"
-                lines.append(f"  engine process {i} (pid {ln.pid}) {state}; its log ends:")
-                lines.append(_log_tail(getattr(ln, "output_file", None)))
-        lines.append(
-            "The cluster was stopped. Re-run the setup cell; if it fails again, the machine may "
-            "be overloaded: try fewer ranks (COURSE_WORLD_SIZE=2) or a larger start_timeout."
-        )
+        for i, (pid, log) in enumerate(zip(pids, logs)):
+            if pid in dead or not dead:
+                state = "exited" if pid in dead else "running but not registered"
+                lines.append(f"  engine process {i} (pid {pid}) {state}; its log ends:")
+                lines.append(_log_tail(log))
+        lines.append(START_ADVICE)
         return "\n".join(lines)
+
+    def _engine_argv(self) -> list[str]:
+        """Command-line arguments of an engine: this cluster's controller, no nanny process
+        (the course signals engines by pid), warnings and errors only in its log."""
+        return ["--profile-dir", str(self.dir / "profile"), "--cluster-id", self._ipp.cluster_id,
+                "--IPEngine.enable_nanny=False", "--log-level=WARN"]
 
     def px(self, code: str, ranks: list[int] | None = None, timeout: float | None = None) -> None:
         """Run code on the ranks (all by default) like %%px; raise RankError naming bad ranks."""
@@ -177,7 +209,12 @@ class Cluster:
     def signal(self, sig: str | int, ranks: list[int] | None = None) -> None:
         """Send a signal (a name such as 'SIGINT', or a number) to the ranks' engines."""
         chosen = self.ranks if ranks is None else [self.ranks[r] for r in ranks]
-        self.client.send_signal(sig, targets=[r.engine_id for r in chosen], block=True)
+        number = getattr(signal, sig) if isinstance(sig, str) else sig
+        for r in chosen:
+            try:
+                os.kill(r.pid, number)
+            except ProcessLookupError:  # a dead rank: reported by the next cell
+                pass
 
     def form_group(self) -> Cluster:
         """(Re-)form the process group on the live engines, with a fresh rendezvous store."""
@@ -200,14 +237,8 @@ class Cluster:
 
     def restart(self) -> Cluster:
         """Replace every engine with a fresh process, then form the process group again."""
-        for r in self.ranks:  # their state is thrown away: no need to wait for a polite exit,
-            try:  # which a rank stuck inside a collective would not make
-                os.kill(r.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self._ipp.stop_engines_sync()
-        self._wait_gone([ri.pid for ri in self.ranks] + [ri.nanny_pid for ri in self.ranks])
-        self._start_engines()
+        self._end_engines(grace=0)  # their state is thrown away, and a rank stuck inside a
+        self._start_engines()       # collective would not exit politely anyway
         return self.form_group()
 
     def _gather(self, pending: dict[int, Any], what: str) -> list[Any]:
@@ -230,38 +261,50 @@ class Cluster:
         return [ar.get() for ar in pending.values()]
 
     def stop(self) -> None:
-        """Leave the process group, stop engines and controller, and wait until they are gone."""
+        """Leave the process group, stop engines and controller, and wait until they are gone.
+
+        Safe to call on a cluster that started only in part, and more than once.
+        """
         atexit.unregister(self.stop)
         global _current
         if _current is self:
             _current = None
-        if self._ipp is None:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            return
         live = [r.engine_id for r in self.ranks if r.rank not in px.dead_ranks(self.ranks)]
         if self.client is not None and live:
             try:
                 self.client[live].apply_async(engine.leave_process_group).get(5)
             except Exception:  # noqa: BLE001 - engines may be dead or busy; they are ended below
                 pass
-        try:  # engines first, so their nannies can still say goodbye to the controller
-            self._ipp.stop_engines_sync()
-            self._wait_gone([pid for r in self.ranks for pid in (r.pid, r.nanny_pid)])
-            self._ipp.stop_controller_sync()
-        except Exception:  # noqa: BLE001 - whatever is still running is ended by pid below
-            pass
+        self._end_engines(grace=1.0)
+        if self._forkserver is not None:
+            self._forkserver.stop()
+        if self._ipp is not None:
+            try:
+                self._ipp.stop_controller_sync()
+            except Exception:  # noqa: BLE001 - whatever is still running is ended by pid below
+                pass
         if self.client is not None:
             self.client.close()
-        self._wait_gone([p.pid for p in course_processes(str(self.dir))])
         end_processes(course_processes(str(self.dir)))  # anything that ignored the polite stop
         if self._guard and self._guard.poll() is None:
             self._guard.stdin.write("release\n")
             self._guard.stdin.close()
             self._guard.wait(5)
         shutil.rmtree(self.dir, ignore_errors=True)
-        self._ipp = self.client = self.view = None
+        self._ipp = self.client = self.view = self._forkserver = None
+        self.ranks = []
 
     # ---- helpers ---------------------------------------------------------------------
+    def _end_engines(self, grace: float) -> None:
+        """SIGTERM the engines (they stop cleanly), SIGKILL those alive after grace seconds."""
+        procs = []
+        for r in self.ranks:
+            try:
+                procs.append(psutil.Process(r.pid))
+            except psutil.Error:
+                pass
+        end_processes(procs, grace_s=grace)
+
     def _wait_gone(self, pids: list[int | None], timeout: float = 10.0) -> None:
         """Wait until the given processes (of this cluster) have exited."""
         procs = []

@@ -20,8 +20,10 @@ def execute(path: Path, timeout: int = 300) -> float:
     """Execute one notebook in place; return the seconds it took."""
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
+    for cell in nb.cells:  # no time stamps: a re-executed notebook differs only where it changed
+        cell.metadata.pop("execution", None)
     nbformat.write(nb, path)
     return time.perf_counter() - start
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import time
 import psutil
 import pytest
 
-from helpers import ClusterConfigError, ClusterError, RankError, start_cluster
+from helpers import Cluster, ClusterConfigError, ClusterError, RankError, start_cluster
 from helpers.watchdog import course_processes
 
 
@@ -97,11 +98,20 @@ def test_bad_input_is_refused_before_anything_starts(kwargs, match, own_processe
     assert len(own_processes()) == len(before)
 
 
-def test_a_cluster_that_does_not_come_up_in_time_names_the_missing_engines(own_processes):
-    with pytest.raises(ClusterError, match=r"only 0 of 2 engines registered") as err:
+def test_a_cluster_that_does_not_come_up_in_time_says_why(own_processes):
+    with pytest.raises(ClusterError, match=r"only 0 of 2 engines registered within 0.01 s") as err:
         start_cluster(n=2, start_timeout=0.01, activate=False)
-    assert "engine process 0" in str(err.value) and "engine process 1" in str(err.value)
-    assert "COURSE_WORLD_SIZE" in str(err.value)
+    assert "still loading torch" in str(err.value) and "COURSE_WORLD_SIZE" in str(err.value)
+    assert own_processes() == [], "a cluster that failed to start left processes behind"
+
+
+def test_engines_that_exit_at_start_are_named_with_their_logs(monkeypatch, own_processes):
+    # a fault planted in the engines' command line: each engine exits as soon as it starts
+    monkeypatch.setattr(Cluster, "_engine_argv", lambda self: ["--no-such-option=1"])
+    with pytest.raises(ClusterError, match=r"engine process\(es\) exited while the cluster") as e:
+        start_cluster(n=2, activate=False)
+    assert re.search(r"engine process \d \(pid \d+\) exited; its log ends:", str(e.value))
+    assert "no-such-option" in str(e.value), "the engine's own complaint is shown"
     assert own_processes() == [], "a cluster that failed to start left processes behind"
 
 
