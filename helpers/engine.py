@@ -11,6 +11,8 @@ import socket
 from datetime import timedelta
 from typing import Any
 
+from .topology import backend_for, group_backend
+
 
 def describe() -> dict[str, Any]:
     """Who this engine is: pid, host, the pid of its nanny, and the GPUs it can see."""
@@ -71,7 +73,7 @@ def join_process_group(
         torch.cuda.set_device(dev)
     timeout = timedelta(seconds=timeout_s)
     dist.init_process_group(
-        backend,
+        group_backend(backend),
         store=_make_store(store, rank, world_size, timeout),
         rank=rank,
         world_size=world_size,
@@ -81,9 +83,10 @@ def join_process_group(
     from . import calltrace
 
     calltrace.install()  # a fresh record of this rank's calls for the new group (notebook 06)
+    lesson_backend = backend_for(dev.type, dist.get_backend())
     _publish(rank=rank, world_size=world_size, local_rank=local_rank, device=dev,
-             torch=torch, dist=dist)
-    return {"rank": dist.get_rank(), "backend": dist.get_backend(), "pid": os.getpid()}
+             backend=lesson_backend, torch=torch, dist=dist)
+    return {"rank": dist.get_rank(), "backend": lesson_backend, "pid": os.getpid()}
 
 
 def _publish(**names: Any) -> None:
@@ -114,6 +117,6 @@ def whereami() -> tuple[int, int, Any]:
     import torch
     import torch.distributed as dist
 
-    on_gpu = dist.get_backend() == "nccl"
+    on_gpu = "nccl" in dist.get_backend()  # 'cpu:gloo,cuda:nccl' on GPU ranks
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     return dist.get_rank(), dist.get_world_size(), device

@@ -94,6 +94,29 @@ def device_for(local_rank: int, backend: str) -> str:
     return f"cuda:{local_rank}" if backend == "nccl" else "cpu"
 
 
+def group_backend(backend: str) -> str:
+    """The backend the default group is formed with: under nccl, gloo beside it.
+
+    NCCL moves only GPU tensors. A default group of NCCL alone would fail on a CPU tensor or
+    a Python object (``all_gather_object``) with "No backend type associated with device type
+    cpu"; ``cpu:gloo,cuda:nccl`` sends those through gloo, so the same cell runs on a GPU node
+    as on a laptop, while the lessons' own tensors (on ``device``) go through NCCL.
+    """
+    return "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
+
+
+def backend_for(device_type: str, group_backend_name: str) -> str:
+    """Which backend moves a tensor of device_type ('cpu', 'cuda') in a group formed with
+    group_backend_name ('gloo', 'nccl' or 'cpu:gloo,cuda:nccl', as dist.get_backend() says)."""
+    if ":" not in group_backend_name:
+        return group_backend_name
+    pairs = dict(pair.split(":", 1) for pair in group_backend_name.split(","))
+    if device_type not in pairs:
+        raise ClusterConfigError(f"a group with backends {group_backend_name!r} has none for "
+                                 f"{device_type} tensors; move the tensor to one of {list(pairs)}")
+    return pairs[device_type]
+
+
 def local_ranks(hosts: Sequence[str]) -> list[int]:
     """Local rank of each global rank: its position among the ranks on the same host."""
     seen: dict[str, int] = {}

@@ -4,9 +4,11 @@ import pytest
 
 from helpers.topology import (
     ClusterConfigError,
+    backend_for,
     choose_backend,
     default_world_size,
     device_for,
+    group_backend,
     local_ranks,
     loopback_interface,
     require_ranks,
@@ -92,3 +94,13 @@ def test_a_notebook_that_needs_more_ranks_says_how_many():
     assert require_ranks(2, 2) == 2
     with pytest.raises(ClusterConfigError, match="at least 2 ranks and 1 were asked for"):
         require_ranks(1, 2)
+
+
+def test_the_default_group_under_nccl_has_gloo_for_cpu_tensors_and_objects():
+    assert group_backend("nccl") == "cpu:gloo,cuda:nccl"
+    assert group_backend("gloo") == "gloo"
+    assert backend_for("cuda", "cpu:gloo,cuda:nccl") == "nccl"
+    assert backend_for("cpu", "cpu:gloo,cuda:nccl") == "gloo"
+    assert backend_for("cpu", "gloo") == "gloo" and backend_for("cuda", "nccl") == "nccl"
+    with pytest.raises(ClusterConfigError, match="none for cpu tensors"):
+        backend_for("cpu", "cuda:nccl")
