@@ -27,10 +27,12 @@ def global_rank(group: object, group_rank: int) -> int:
 
 
 def _ring(rank: int, n: int, device: torch.device, group: object) -> bool:
+    """Send right and receive from the left, posted together (an isend, then an irecv, each
+    on its own, can deadlock under NCCL: with 2 ranks both neighbours are the same rank)."""
     out, inp = torch.full((2,), float(rank), device=device), torch.zeros(2, device=device)
-    reqs = [dist.isend(out, global_rank(group, (rank + 1) % n), group=group),
-            dist.irecv(inp, global_rank(group, (rank - 1) % n), group=group)]
-    for req in reqs:
+    ops = [dist.P2POp(dist.isend, out, global_rank(group, (rank + 1) % n), group=group),
+           dist.P2POp(dist.irecv, inp, global_rank(group, (rank - 1) % n), group=group)]
+    for req in dist.batch_isend_irecv(ops):
         req.wait()
     return bool((inp == (rank - 1) % n).all())
 
@@ -119,7 +121,7 @@ def _barrier(rank, n, device, group):
 
 
 PROBES: dict[str, Probe] = {
-    "isend/irecv": _ring,
+    "batch_isend_irecv": _ring,
     "broadcast": _broadcast,
     "reduce": _reduce,
     "all_reduce SUM": _all_reduce(dist.ReduceOp.SUM, lambda n: n * (n + 1) / 2),
@@ -197,7 +199,7 @@ def probe_support(
     rank, n = dist.get_rank(group), dist.get_world_size(group)
     table = {}
     for name, probe in probes.items():
-        if n < 2 and (name == "isend/irecv" or name in P2P_PROBES):
+        if n < 2 and (name == "batch_isend_irecv" or name in P2P_PROBES):
             table[name] = "n/a: needs 2 ranks"
             continue
         try:

@@ -39,5 +39,5 @@ def test_gloo_has_tags_and_receives_from_any_source_on_three_ranks():
         assert sub_tables[0] is None and sub_tables[1] == sub_tables[2], sub_tables
         wrong = {op: v for op, v in sub_tables[1].items() if not (v == "yes" or v.startswith("no"))}
         assert not wrong, wrong
-        for op in ["isend/irecv", "broadcast", "send/recv tags", "recv from any source"]:
+        for op in ["batch_isend_irecv", "broadcast", "send/recv tags", "recv from any source"]:
             assert sub_tables[1][op] == "yes", (op, sub_tables[1][op])
