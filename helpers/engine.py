@@ -78,7 +78,9 @@ def join_process_group(
         rank=rank,
         world_size=world_size,
         timeout=timeout,
-        device_id=dev if dev.type == "cuda" else None,
+        # no device_id: a group bound to one GPU refuses tensors on any other, and a rank
+        # that drives two GPUs (notebook 04, step 9) needs both; torch.cuda.set_device above
+        # makes `device` the rank's GPU for everything else
     )
     from . import calltrace
 

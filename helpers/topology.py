@@ -117,6 +117,18 @@ def backend_for(device_type: str, group_backend_name: str) -> str:
     return pairs[device_type]
 
 
+def second_gpu(local_rank: int, ranks_on_host: int, gpus_on_host: int) -> str | None:
+    """A second GPU for a rank that drives two (notebook 04, a model split over two devices).
+
+    The host's ranks use GPUs 0..R-1 (R ranks on the host); rank r's second one is R + r,
+    which exists only with at least 2R GPUs. None otherwise: the rank has one device.
+    """
+    if not 0 <= local_rank < ranks_on_host:
+        raise ClusterConfigError(f"local rank {local_rank} is not among the {ranks_on_host} "
+                                 "ranks of its host")
+    return f"cuda:{ranks_on_host + local_rank}" if gpus_on_host >= 2 * ranks_on_host else None
+
+
 def local_ranks(hosts: Sequence[str]) -> list[int]:
     """Local rank of each global rank: its position among the ranks on the same host."""
     seen: dict[str, int] = {}

@@ -13,6 +13,7 @@ from helpers.topology import (
     loopback_interface,
     require_ranks,
     resolve_world_size,
+    second_gpu,
     threads_per_rank,
 )
 
@@ -104,3 +105,12 @@ def test_the_default_group_under_nccl_has_gloo_for_cpu_tensors_and_objects():
     assert backend_for("cpu", "gloo") == "gloo" and backend_for("cuda", "nccl") == "nccl"
     with pytest.raises(ClusterConfigError, match="none for cpu tensors"):
         backend_for("cpu", "cuda:nccl")
+
+
+def test_a_second_gpu_only_with_two_gpus_per_rank():
+    # an 8-GPU node: 4 ranks get GPUs 0-3 and 4-7; 8 ranks (the default) get no second one
+    assert [second_gpu(r, 4, 8) for r in range(4)] == ["cuda:4", "cuda:5", "cuda:6", "cuda:7"]
+    assert second_gpu(0, 8, 8) is None and second_gpu(2, 3, 5) is None
+    assert second_gpu(0, 2, 4) == "cuda:2" and second_gpu(0, 4, 0) is None  # CPU ranks
+    with pytest.raises(ClusterConfigError, match="not among"):
+        second_gpu(4, 4, 8)
