@@ -25,7 +25,7 @@ from typing import Any
 import ipyparallel as ipp
 import psutil
 
-from . import engine, px, watchdog
+from . import engine, px, stacks, watchdog
 from .forkserver import ForkServer, ForkServerError
 from .text import first_line, table
 from .topology import (
@@ -200,7 +200,29 @@ class Cluster:
     def px(self, code: str, ranks: list[int] | None = None, timeout: float | None = None) -> None:
         """Run code on the ranks (all by default) like %%px; raise RankError naming bad ranks."""
         chosen = self.ranks if ranks is None else [self.ranks[r] for r in ranks]
-        px.run(self.client, chosen, code, self.cell_timeout if timeout is None else timeout)
+        px.run(self.client, chosen, code, self.cell_timeout if timeout is None else timeout,
+               where=self.where)
+
+    def stacks(self, ranks: list[int] | None = None, native: bool = False) -> dict[int, str]:
+        """{rank: its Python stack, every thread}, taken from outside the engine (notebook 06).
+
+        Works while a rank is blocked in a collective or in C++: with py-spy where it can
+        attach (native=True adds the C++ frames), else with the engine's faulthandler.
+        """
+        chosen = self.ranks if ranks is None else [self.ranks[r] for r in ranks]
+        here = socket.gethostname()
+        found = {r.rank: "process gone" for r in chosen if px.is_dead(r.pid)}
+        found |= {r.rank: f"runs on host {r.host}: take its stack there (py-spy dump --pid "
+                          f"{r.pid})" for r in chosen if r.host != here and r.rank not in found}
+        todo = {r.rank: r.pid for r in chosen if r.rank not in found}
+        found |= stacks.take_many(todo, self.dir, native=native)
+        return dict(sorted(found.items()))
+
+    def where(self, ranks: list[int] | None = None) -> dict[int, str]:
+        """{rank: one line saying where its main thread is}, e.g. 'in all_reduce, called from
+        train_step (line 3), called from the cell (line 5)'."""
+        return {r: text if text == "process gone" or text.startswith(("runs on", "(no stack"))
+                else stacks.summary(text) for r, text in self.stacks(ranks).items()}
 
     def interrupt(self, ranks: list[int] | None = None) -> None:
         """Send SIGINT to the engines of the ranks (all by default), like Ctrl-C in a %%px cell."""
@@ -229,6 +251,7 @@ class Cluster:
             ri.rank: self.client[ri.engine_id].apply_async(
                 engine.join_process_group, ri.rank, self.world_size, ri.local_rank,
                 self.backend, ri.device, store, self.timeout, self.threads, interface,
+                str(self.dir),
             )
             for ri in self.ranks
         }

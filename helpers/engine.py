@@ -58,8 +58,12 @@ def join_process_group(
     timeout_s: float,
     threads: int,
     interface: str | None,
+    stack_dir: str | None = None,
 ) -> dict[str, Any]:
-    """Form this rank's part of the process group and publish rank, device, ... to %px cells."""
+    """Form this rank's part of the process group and publish rank, device, ... to %px cells.
+
+    stack_dir: where this engine writes its stack when asked (helpers.stacks, notebook 06).
+    """
     if interface:  # keep every socket of the backend on this interface (loopback on one host)
         os.environ["GLOO_SOCKET_IFNAME"] = interface
         os.environ["NCCL_SOCKET_IFNAME"] = interface
@@ -85,6 +89,10 @@ def join_process_group(
     from . import calltrace
 
     calltrace.install()  # a fresh record of this rank's calls for the new group (notebook 06)
+    if stack_dir is not None:
+        from . import stacks
+
+        stacks.arm(stack_dir)
     lesson_backend = backend_for(dev.type, dist.get_backend())
     _publish(rank=rank, world_size=world_size, local_rank=local_rank, device=dev,
              backend=lesson_backend, torch=torch, dist=dist)

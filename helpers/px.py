@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -85,8 +85,12 @@ def failures(result: Any, rank_of: dict[int, Any]) -> dict[int, str]:
 
 
 def describe_failure(failed: dict[int, str], dead: list[int], silent: list[int],
-                     timeout: float | None) -> str:
-    """One readable message for everything that went wrong, rank by rank."""
+                     timeout: float | None, where: dict[int, str] | None = None) -> str:
+    """One readable message for everything that went wrong, rank by rank.
+
+    where: for a silent rank, where its code is (helpers.stacks.summary), if known.
+    """
+    where = where or {}
     lines = []
     if dead:
         lines.append(f"rank(s) {dead} died: their engine process is gone.")
@@ -101,7 +105,8 @@ def describe_failure(failed: dict[int, str], dead: list[int], silent: list[int],
         elif rank in failed:
             lines.append(f"  rank {rank}: {failed[rank]}")
         else:
-            lines.append(f"  rank {rank}: still running" + (
+            at = f", {where[rank]}" if rank in where else ""
+            lines.append(f"  rank {rank}: still running{at}" + (
                 " (waiting for the dead rank until its timeout)" if dead
                 else f"; cluster.interrupt([{rank}]) sends it Ctrl-C"))
     if dead or silent:
@@ -124,11 +129,13 @@ def submit(client: Any, ranks: Sequence[Any], code: str, silent: bool = True
 
 
 def wait_for_ranks(result: Any, rank_of: dict[int, Any], timeout: float,
-                   poll: float = 0.05, grace: float = 2.0) -> None:
+                   poll: float = 0.05, grace: float = 2.0,
+                   where: Callable[[list[int]], dict[int, str]] | None = None) -> None:
     """Wait for an execute/apply result on the ranks; raise RankError if a rank died or hung.
 
     Once a rank is seen dead, the others get `grace` seconds to fail on their own (a
     collective usually notices a lost peer at once) so that their errors can be reported.
+    where(ranks) says where each silent rank is stuck (Cluster.where), for the report.
     """
     client = result._client
     deadline = time.monotonic() + timeout
@@ -146,13 +153,15 @@ def wait_for_ranks(result: Any, rank_of: dict[int, Any], timeout: float,
     silent = sorted(rank_of[by_msg[m]].rank for m in pending if rank_of[by_msg[m]].rank not in dead)
     if dead or silent:
         failed = {r: msg for r, msg in failures(result, rank_of).items() if r not in dead}
-        raise RankError(describe_failure(failed, dead, silent, timeout), failed, dead, silent)
+        at = where(silent) if where is not None and silent and not dead else None
+        raise RankError(describe_failure(failed, dead, silent, timeout, at), failed, dead, silent)
 
 
-def run(client: Any, ranks: Sequence[Any], code: str, timeout: float) -> None:
+def run(client: Any, ranks: Sequence[Any], code: str, timeout: float,
+        where: Callable[[list[int]], dict[int, str]] | None = None) -> None:
     """Run code on the ranks and wait (bounded); RankError naming every rank that went wrong."""
     result, rank_of = submit(client, ranks, code)
-    wait_for_ranks(result, rank_of, timeout)
+    wait_for_ranks(result, rank_of, timeout, where=where)
     failed = failures(result, rank_of)
     if failed:
         raise RankError(describe_failure(failed, [], [], timeout), failed, [], [])
@@ -211,7 +220,8 @@ class CourseMagics(ParallelMagics):
             self.shell.user_ns[save_name] = result
         try:
             with result.stream_output() if stream else nullcontext():
-                wait_for_ranks(result, rank_of, self.cluster.cell_timeout)
+                wait_for_ranks(result, rank_of, self.cluster.cell_timeout,
+                               where=self.cluster.where)
                 result.wait_for_output(1)
                 try:
                     result.get(0)

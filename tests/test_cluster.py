@@ -166,6 +166,7 @@ def test_failures_are_reported_by_rank_never_as_a_hang():
         assert set(err.value.failed) | set(err.value.silent) == {0, 2}, err.value
         with pytest.raises(RankError, match=r"rank\(s\) \[1\] died"):
             cluster.px("x = 2")
+        assert cluster.stacks([1]) == {1: "process gone"} and cluster.where([1])[1] == "process gone"
         with pytest.raises(ClusterError, match="restart"):
             cluster.form_group()
         cluster.restart()
