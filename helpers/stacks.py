@@ -28,6 +28,7 @@ STACK_SIGNAL = signal.SIGUSR1
 # frames that only wrap the call the learner made (the course's record, torch's logger)
 WRAPPERS = ("helpers/calltrace.py", "torch/distributed/c10d_logger.py")
 _PY_SPY_FRAME = re.compile(r"^\s+(?P<func>\S.*?) \((?P<file>[^()]*):(?P<line>\d+)\)\s*$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _FAULTHANDLER_FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*)$')
 
 
@@ -62,8 +63,10 @@ def with_py_spy(pid: int, native: bool = False, timeout: float = 5.0) -> str:
     if program is None:
         raise RuntimeError("py-spy is not installed (pip install py-spy)")
     cmd = [program, "dump", "--pid", str(pid)] + (["--native"] if native else [])
+    env = {k: v for k, v in os.environ.items() if k not in ("CLICOLOR_FORCE", "FORCE_COLOR")}
+    env.update(NO_COLOR="1", CLICOLOR="0")  # a Jupyter kernel asks for colours: plain text here
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"py-spy did not finish within {timeout:g} s") from None
     if done.returncode != 0:
@@ -71,7 +74,7 @@ def with_py_spy(pid: int, native: bool = False, timeout: float = 5.0) -> str:
         raise RuntimeError(f"py-spy could not attach: {reason[-1] if reason else 'no reason'}"
                            " (it needs permission to trace the process: the same user, and "
                            "a ptrace policy that allows it)")
-    return done.stdout
+    return _ANSI.sub("", done.stdout)
 
 
 def with_faulthandler(pid: int, directory: str | Path, timeout: float = 5.0) -> str:
@@ -119,7 +122,7 @@ def take_many(pids: dict[int, int], directory: str | Path | None,
 # ---- reading a stack ---------------------------------------------------------------------
 def main_thread_frames(text: str) -> list[tuple[str, str, int]]:
     """(function, file, line) of the main thread, innermost first, from either kind of dump."""
-    lines = text.splitlines()
+    lines = _ANSI.sub("", text).splitlines()
     if any(ln.startswith("Thread ") and "MainThread" in ln for ln in lines):  # py-spy
         start = next(i for i, ln in enumerate(lines) if "MainThread" in ln)
         frames = []

@@ -50,6 +50,11 @@ def test_a_stack_reads_as_one_line_from_the_call_out_to_the_cell(dump):
                                     "called from the cell (line 5)")
 
 
+def test_a_coloured_dump_reads_the_same():
+    coloured = PY_SPY_DUMP.replace("all_reduce (", "\x1b[32mall_reduce\x1b[0m (")
+    assert stacks.summary(coloured) == stacks.summary(PY_SPY_DUMP)
+
+
 def test_an_idle_engine_and_an_unknown_stack():
     idle = 'Thread 1 (idle): "MainThread"\n    select (selectors.py:468)\n' \
            '    BaseEventLoop._run_once (asyncio/base_events.py:1922)\n'
