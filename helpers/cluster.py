@@ -70,6 +70,14 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def _process(pid: int) -> psutil.Process | None:
+    """The process pid, or None if it has exited."""
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
+
+
 def _log_tail(path: str | None, lines: int = 8) -> str:
     """The last lines of an engine or controller log, indented, for error messages."""
     try:
@@ -93,6 +101,7 @@ class Cluster:
         self.generation = 0
         self._ipp: ipp.Cluster | None = None
         self._forkserver: ForkServer | None = None
+        self._controller_pids: list[int] = []
         self._starts = 0  # engine start-ups so far (each gets its own log files)
         self._guard: subprocess.Popen | None = None
         self._activate = False
@@ -131,6 +140,13 @@ class Cluster:
         )
         self._ipp.start_controller_sync(environment={MARKER: str(self.dir)})
         self.client = self._ipp.connect_client_sync()
+        hub = psutil.Process(self._ipp.controller.pid)  # the hub, and its schedulers (children)
+        self._controller_pids = [hub.pid] + [p.pid for p in hub.children(recursive=True)]
+
+    def controller_gone(self) -> bool:
+        """True if a process of the controller (the hub or a scheduler) has exited: then no
+        message reaches the ranks any more, and restart() starts a new controller."""
+        return any(px.is_dead(pid) for pid in self._controller_pids)
 
     def _start_engines(self) -> None:
         """Fork world_size fresh engines and wait (bounded) until every one has registered."""
@@ -201,7 +217,7 @@ class Cluster:
         """Run code on the ranks (all by default) like %%px; raise RankError naming bad ranks."""
         chosen = self.ranks if ranks is None else [self.ranks[r] for r in ranks]
         px.run(self.client, chosen, code, self.cell_timeout if timeout is None else timeout,
-               where=self.where)
+               where=self.where, controller_gone=self.controller_gone)
 
     def stacks(self, ranks: list[int] | None = None, native: bool = False) -> dict[int, str]:
         """{rank: its Python stack, every thread}, taken from outside the engine (notebook 06).
@@ -240,6 +256,8 @@ class Cluster:
 
     def form_group(self) -> Cluster:
         """(Re-)form the process group on the live engines, with a fresh rendezvous store."""
+        if self.controller_gone():
+            raise ClusterError(px.CONTROLLER_GONE)
         gone = px.dead_ranks(self.ranks)
         if gone:
             raise ClusterError(f"rank(s) {gone} died, so no group can be formed on these engines;"
@@ -259,9 +277,14 @@ class Cluster:
         return self
 
     def restart(self) -> Cluster:
-        """Replace every engine with a fresh process, then form the process group again."""
+        """Replace every engine with a fresh process, then form the process group again.
+
+        If the controller has died too, it is replaced first (a new controller and client).
+        """
         self._end_engines(grace=0)  # their state is thrown away, and a rank stuck inside a
-        self._start_engines()       # collective would not exit politely anyway
+        if self.controller_gone():  # collective would not exit politely anyway
+            self._replace_controller()
+        self._start_engines()
         return self.form_group()
 
     def _gather(self, pending: dict[int, Any], what: str) -> list[Any]:
@@ -293,7 +316,7 @@ class Cluster:
         if _current is self:
             _current = None
         live = [r.engine_id for r in self.ranks if r.rank not in px.dead_ranks(self.ranks)]
-        if self.client is not None and live:
+        if self.client is not None and live and not self.controller_gone():
             try:
                 self.client[live].apply_async(engine.leave_process_group).get(5)
             except Exception:  # noqa: BLE001 - engines may be dead or busy; they are ended below
@@ -318,6 +341,12 @@ class Cluster:
         self.ranks = []
 
     # ---- helpers ---------------------------------------------------------------------
+    def _replace_controller(self) -> None:
+        """End what is left of a dead controller, then start a new one and reconnect."""
+        end_processes([p for p in map(_process, self._controller_pids) if p is not None])
+        self.client.close()
+        self._start_controller()
+
     def _end_engines(self, grace: float) -> None:
         """SIGTERM the engines (they stop cleanly), SIGKILL those alive after grace seconds."""
         procs = []

@@ -25,6 +25,9 @@ from ipyparallel.client.magics import ParallelMagics
 
 from .text import first_line
 
+CONTROLLER_GONE = ("the controller is gone (its process exited), so the notebook can reach no "
+                   "rank any more. Run cluster.restart(): it starts a new controller and fresh "
+                   "engines (variables on the engines are lost), or re-run the setup cell.")
 RECOVER = ("Recover with cluster.restart() (fresh engines, new process group; variables on "
            "the engines are lost) or cluster.form_group() (new group, same engines).")
 
@@ -114,6 +117,13 @@ def describe_failure(failed: dict[int, str], dead: list[int], silent: list[int],
     return "\n".join(lines)
 
 
+def check_controller(controller_gone: Callable[[], bool] | None, ranks: Sequence[Any]) -> None:
+    """RankError naming the dead controller, if it is dead (every rank is then out of reach)."""
+    if controller_gone is not None and controller_gone():
+        everyone = sorted(r.rank for r in ranks)
+        raise RankError(CONTROLLER_GONE, {}, [], everyone)
+
+
 def submit(client: Any, ranks: Sequence[Any], code: str, silent: bool = True
            ) -> tuple[Any, dict[int, Any]]:
     """Start code on the ranks (RankInfo) without waiting; RankError at once if one is dead.
@@ -130,18 +140,21 @@ def submit(client: Any, ranks: Sequence[Any], code: str, silent: bool = True
 
 def wait_for_ranks(result: Any, rank_of: dict[int, Any], timeout: float,
                    poll: float = 0.05, grace: float = 2.0,
-                   where: Callable[[list[int]], dict[int, str]] | None = None) -> None:
+                   where: Callable[[list[int]], dict[int, str]] | None = None,
+                   controller_gone: Callable[[], bool] | None = None) -> None:
     """Wait for an execute/apply result on the ranks; raise RankError if a rank died or hung.
 
     Once a rank is seen dead, the others get `grace` seconds to fail on their own (a
     collective usually notices a lost peer at once) so that their errors can be reported.
-    where(ranks) says where each silent rank is stuck (Cluster.where), for the report.
+    where(ranks) says where each silent rank is stuck (Cluster.where), for the report;
+    controller_gone() says whether the controller died (then no answer can come).
     """
     client = result._client
     deadline = time.monotonic() + timeout
     by_msg = dict(zip(result.msg_ids, result._targets))
     first_death = None
     while not result.wait(poll):  # the usual case: every rank answers within the first poll
+        check_controller(controller_gone, list(rank_of.values()))
         now = time.monotonic()
         dead = [rank_of[e].rank for e in result._targets if is_dead(rank_of[e].pid)]
         if dead and first_death is None:
@@ -158,10 +171,12 @@ def wait_for_ranks(result: Any, rank_of: dict[int, Any], timeout: float,
 
 
 def run(client: Any, ranks: Sequence[Any], code: str, timeout: float,
-        where: Callable[[list[int]], dict[int, str]] | None = None) -> None:
+        where: Callable[[list[int]], dict[int, str]] | None = None,
+        controller_gone: Callable[[], bool] | None = None) -> None:
     """Run code on the ranks and wait (bounded); RankError naming every rank that went wrong."""
+    check_controller(controller_gone, ranks)
     result, rank_of = submit(client, ranks, code)
-    wait_for_ranks(result, rank_of, timeout, where=where)
+    wait_for_ranks(result, rank_of, timeout, where=where, controller_gone=controller_gone)
     failed = failures(result, rank_of)
     if failed:
         raise RankError(describe_failure(failed, [], [], timeout), failed, [], [])
@@ -214,6 +229,7 @@ class CourseMagics(ParallelMagics):
         stream = self.stream_output if stream_output is None else stream_output
         signal = self.signal_on_interrupt if signal_on_interrupt is None else signal_on_interrupt
         ranks = self._targeted_ranks()
+        check_controller(self.cluster.controller_gone, ranks)
         result, rank_of = submit(self.view.client, ranks, cell, silent=False)
         self.last_result = result
         if save_name:
@@ -221,7 +237,8 @@ class CourseMagics(ParallelMagics):
         try:
             with result.stream_output() if stream else nullcontext():
                 wait_for_ranks(result, rank_of, self.cluster.cell_timeout,
-                               where=self.cluster.where)
+                               where=self.cluster.where,
+                               controller_gone=self.cluster.controller_gone)
                 result.wait_for_output(1)
                 try:
                     result.get(0)

@@ -166,8 +166,28 @@ def test_failures_are_reported_by_rank_never_as_a_hang():
         assert set(err.value.failed) | set(err.value.silent) == {0, 2}, err.value
         with pytest.raises(RankError, match=r"rank\(s\) \[1\] died"):
             cluster.px("x = 2")
-        assert cluster.stacks([1]) == {1: "process gone"} and cluster.where([1])[1] == "process gone"
+        assert cluster.stacks([1]) == {1: "process gone"}
+        assert cluster.where([1]) == {1: "process gone"}
         with pytest.raises(ClusterError, match="restart"):
             cluster.form_group()
         cluster.restart()
         assert _ring_sum(cluster) == [6.0, 6.0, 6.0]
+
+
+def test_a_dead_controller_is_named_and_restart_brings_a_new_one():
+    with start_cluster(n=2, activate=False, cell_timeout=20) as cluster:
+        old_controller = list(cluster._controller_pids)
+        for pid in old_controller:  # the hub and its schedulers: the whole controller
+            os.kill(pid, signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(RankError, match="the controller is gone") as err:
+            cluster.px("x = 1")
+        assert time.monotonic() - start < 2 and "cluster.restart()" in str(err.value)
+        assert "did not answer" not in str(err.value), "a dead controller is not a hang"
+        with pytest.raises(ClusterError, match="the controller is gone"):
+            cluster.form_group()
+        cluster.restart()
+        assert not set(old_controller) & set(cluster._controller_pids)
+        assert _ring_sum(cluster) == [3.0, 3.0]
+        pids = cluster.pids()
+    assert not [p for p in pids if psutil.pid_exists(p)]
