@@ -10,9 +10,11 @@ change nothing (no model, no file) when they fail.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -125,11 +127,43 @@ def atomic_save(state: dict[str, Any], path: str | Path) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if disk_full(e, path.parent, tensor_bytes(state)):
+            raise CheckpointError(_disk_full_message(path, tensor_bytes(state))) from e
         raise
     fsync_directory(path.parent)
     return path
+
+
+def tensor_bytes(state: Any) -> int:
+    """Bytes of all the tensors in a state (nested dicts and lists): about what a save writes."""
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    values = state.values() if isinstance(state, dict) else state if isinstance(
+        state, list | tuple) else ()
+    return sum(tensor_bytes(v) for v in values)
+
+
+def disk_full(error: BaseException, directory: Path, needed: int) -> bool:
+    """Whether a failed save failed for lack of space. PyTorch's writer reports that as
+    "unexpected pos", without the reason, so the free space is checked too."""
+    if isinstance(error, OSError):
+        return error.errno in (errno.ENOSPC, errno.EDQUOT)
+    writer = isinstance(error, RuntimeError) and any(
+        word in str(error) for word in ("unexpected pos", "inline_container", "file write failed"))
+    return writer and shutil.disk_usage(directory).free < needed + 64 * 1024
+
+
+def _disk_full_message(path: Path, needed: int) -> str:
+    """Say that the disk is full, which file was being written, and what is still safe."""
+    usage = shutil.disk_usage(path.parent)
+    kept = (f"{path.name} still holds the checkpoint it held before" if path.exists() else
+            f"the checkpoints already in {path.parent} are untouched")
+    return (f"checkpoint {path}: the disk is full ({usage.free / 2**20:.1f} MiB free of "
+            f"{usage.total / 2**20:.0f} MiB; this save needs about {needed / 2**20:.1f} MiB). "
+            f"Nothing was written: {kept}. Free some space (remove_old_checkpoints(directory, "
+            "keep=1) deletes older ones) or save to another disk, then save again.")
 
 
 # ---- loading with clear errors ---------------------------------------------------------

@@ -6,16 +6,21 @@ collective works) is tested in tests/test_cluster.py (test_failures_are_reported
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import random
+import shutil
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from system import need
 
 from helpers.checkpoint import (
     CHECKSUM_KEY,
@@ -272,3 +277,44 @@ def test_sharded_load_checks_before_reading(tmp_path):
     assert latest_checkpoint(tmp_path, "dcp") is None
     with pytest.raises(CheckpointError, match="no .metadata"):
         load_sharded(state, path)
+
+
+# ---- a full disk -----------------------------------------------------------------------
+FULL_DISK = """
+import json, os, sys, torch
+from helpers.checkpoint import CheckpointError, atomic_save, latest_checkpoint, load_checkpoint
+d = sys.argv[1]
+atomic_save({"w": torch.ones(1000)}, f"{d}/step-000001.pt")        # fits
+atomic_save({"w": torch.ones(2000)}, f"{d}/step-000002.pt")        # fits, will be overwritten
+out = {}
+for name in ("step-000002.pt", "step-000003.pt"):                  # neither fits
+    try:
+        atomic_save({"w": torch.zeros(300_000)}, f"{d}/{name}")
+        out[name] = "saved"
+    except CheckpointError as e:
+        out[name] = str(e)
+out["files"] = sorted(os.listdir(d))
+out["latest"] = latest_checkpoint(d).name
+out["kept"] = load_checkpoint(f"{d}/step-000002.pt")["w"].numel()
+print(json.dumps(out))
+"""
+
+
+def test_a_save_on_a_full_disk_says_so_and_keeps_the_previous_checkpoint(tmp_path):
+    need(os.geteuid() == 0 and shutil.which("unshare"),
+         "needs root and unshare, to mount a small file system in a private mount namespace")
+    small = tmp_path / "small"
+    small.mkdir()
+    script = (f"mount -t tmpfs -o size=256k tmpfs {small} && "
+              f"{sys.executable} -c '{FULL_DISK}' {small}")
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    for name, kept in (("step-000002.pt", "step-000002.pt still holds the checkpoint it held"),
+                       ("step-000003.pt", "the checkpoints already in")):
+        message = out[name]
+        assert message.startswith(f"checkpoint {small}/{name}: the disk is full"), message
+        assert kept in message and "Nothing was written" in message, message
+    assert out["files"] == ["step-000001.pt", "step-000002.pt"], "a temporary file was left"
+    assert out["latest"] == "step-000002.pt" and out["kept"] == 2000
