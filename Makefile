@@ -9,7 +9,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb)) $(sort $(wildcard 
 # stored outputs are compared run after run: no progress bars, outputs grouped by engine
 export IPP_NONINTERACTIVE := 1
 
-.PHONY: install lab test unit notebooks lint outputs clean
+.PHONY: install lab test unit notebooks lint outputs check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ notebooks: install
 test: lint
 	$(PY) -m pytest tests --nbval --nbval-current-env --nbval-cell-timeout=240 \
 		--nbval-sanitize-with tests/sanitize.cfg $(NOTEBOOKS)
+
+# the day before a workshop: is this machine ready? (a table; exit status 1 on a blocker)
+check: install
+	$(PY) -m helpers.preflight
 
 # re-execute notebooks in place after editing them (NB=path to do one)
 outputs: install

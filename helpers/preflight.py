@@ -1,0 +1,209 @@
+"""Is this machine ready to teach the course? `make check` answers the day before a workshop.
+
+It prints one table: versions, the GPUs and what start_cluster() will choose on them, a real
+cluster start with an all_reduce on every backend the course uses here (nccl on GPUs, gloo on
+CPU ranks) and its time, the point-to-point and all_reduce bandwidth beside the figures stored
+in notebook 02, the free disk where checkpoints go, and which optional parts are present.
+Each line that is not fine says what to do. The exit status is 1 if a line is a blocker.
+
+    .venv/bin/python -m helpers.preflight        (what `make check` runs)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from .text import format_bytes, table
+
+OK, NOTE, BLOCKER = "ok", "note", "BLOCKER"
+PINNED = {"torch": "2.13.0", "ipyparallel": "9.2.0"}
+NOTEBOOK_02 = Path(__file__).resolve().parent.parent / "notebooks" / "02_collectives.ipynb"
+
+
+@dataclass
+class Line:
+    """One line of the report: what was checked, what was found, and what to do about it."""
+
+    what: str
+    found: str
+    verdict: str = OK
+    todo: str = ""
+
+
+# ---- verdicts: pure functions of what was found -------------------------------------------
+def python_line(version: tuple[int, int, int]) -> Line:
+    found = ".".join(map(str, version))
+    if version < (3, 11):
+        return Line("Python", found, BLOCKER, "install Python 3.11 and run PYTHON=python3.11 make")
+    return Line("Python", found)
+
+
+def package_line(name: str, version: str | None) -> Line:
+    if version is None:
+        return Line(name, "not installed", BLOCKER, "run `make install`")
+    if version.split("+")[0] != PINNED[name]:
+        return Line(name, version, NOTE, f"the course is tested with {PINNED[name]}; "
+                    "`make clean install` installs it")
+    return Line(name, version)
+
+
+def disk_line(path: str, free: int) -> Line:
+    found = f"{format_bytes(free)} free in {path}"
+    if free < 200 * 2**20:
+        return Line("disk for checkpoints", found, BLOCKER,
+                    "free some space, or set TMPDIR to a disk with room (notebook 05 saves there)")
+    if free < 2 * 2**30:
+        return Line("disk for checkpoints", found, NOTE, "enough for the course; little to spare")
+    return Line("disk for checkpoints", found)
+
+
+def bandwidth_line(what: str, measured: float, stored: float | None) -> Line:
+    found = f"{measured / 1e6:.0f} MB/s"
+    if stored is None:
+        return Line(what, found + " (no stored figure to compare with)", NOTE)
+    found += f", {measured / stored:.2f}x the {stored / 1e6:.0f} MB/s stored in notebook 02"
+    if measured < stored / 10:
+        return Line(what, found, NOTE, "a tenth of the stored figure: is the machine busy? "
+                    "the course still runs, but timings in the notebooks will differ a lot")
+    return Line(what, found)
+
+
+def optional_line(what: str, present: bool, use: str) -> Line:
+    return Line(what, "present" if present else "absent", OK if present else NOTE,
+                "" if present else f"only needed {use}")
+
+
+def stored_bandwidths(notebook: Path = NOTEBOOK_02) -> dict[str, float]:
+    """The all_reduce bus and send/recv bandwidths (bytes/s) stored in notebook 02's outputs."""
+    try:
+        text = json.dumps(json.loads(notebook.read_text()))
+    except (OSError, ValueError):
+        return {}
+    found = {}
+    for key, pattern in (("all_reduce", r"all_reduce bus bandwidth\s+([0-9.]+) MB/s"),
+                         ("send/recv", r"send/recv bandwidth 0\\u2192 ?1\s+([0-9.]+) MB/s"),
+                         ("send/recv", r"send/recv bandwidth 0→ ?1\s+([0-9.]+) MB/s")):
+        if key not in found and (m := re.search(pattern, text)):
+            found[key] = float(m.group(1)) * 1e6
+    return found
+
+
+# ---- measurements: real clusters -------------------------------------------------------
+def _measure(nbytes: int, repeats: int) -> dict[str, float]:
+    """On every rank: seconds of send/recv 0->1 and of all_reduce (slowest rank, median)."""
+    import torch
+    import torch.distributed as dist
+
+    from helpers.engine import whereami
+    from helpers.timing import time_on_all_ranks
+
+    rank, _, device = whereami()
+    x = torch.ones(nbytes // 4, device=device)
+
+    def send_0_to_1() -> None:
+        if rank == 0:
+            dist.send(x, dst=1)
+        elif rank == 1:
+            dist.recv(x, src=0)
+
+    return {"send/recv": time_on_all_ranks(send_0_to_1, device, repeats=repeats),
+            "all_reduce": time_on_all_ranks(lambda: dist.all_reduce(x), device, repeats=repeats)}
+
+
+def cluster_lines(backend: str, n: int, nbytes: int = 32 * 2**20) -> list[Line]:
+    """Start a cluster of n ranks on backend, all_reduce, time it; bandwidths on 2+ ranks."""
+    from . import start_cluster
+    from .timing import algbw, busbw
+
+    what = f"cluster: {n} rank(s), {backend}"
+    started = time.perf_counter()
+    try:
+        cluster = start_cluster(n=n, backend=backend, activate=False, start_timeout=120)
+    except Exception as e:  # noqa: BLE001 - every failure is reported, with what to do
+        return [Line(what, f"did not start: {str(e).splitlines()[0][:120]}", BLOCKER,
+                     "read the error; `make test` runs the same cluster with more detail")]
+    try:
+        cluster.px("t = torch.ones(1, device=device); dist.all_reduce(t)\n"
+                   "assert t.item() == world_size, f'rank {rank}: {t.item()}'")
+        lines = [Line(what, f"started and all-reduced in {time.perf_counter() - started:.1f} s"
+                            f" (devices {sorted({r.device for r in cluster.ranks})})")]
+        if n >= 2:
+            times = cluster.view.apply_sync(_measure, nbytes, 5)[0]
+            stored = stored_bandwidths() if backend == "gloo" else {}
+            lines.append(bandwidth_line(
+                f"send/recv 0->1, {format_bytes(nbytes)}",
+                algbw(nbytes, times["send/recv"]), stored.get("send/recv")))
+            lines.append(bandwidth_line(
+                f"all_reduce bus bandwidth, {format_bytes(nbytes)}",
+                busbw("all_reduce", nbytes, times["all_reduce"], n), stored.get("all_reduce")))
+        return lines
+    except Exception as e:  # noqa: BLE001 - every failure is reported, with what to do
+        return [Line(what, f"failed: {str(e).splitlines()[0][:120]}", BLOCKER,
+                     "read the error; `make test` runs the same checks with more detail")]
+    finally:
+        cluster.stop()
+
+
+def report() -> list[Line]:
+    """Every check, in the order of the table."""
+    from .cluster import visible_gpus
+    from .stacks import py_spy
+    from .topology import choose_backend, resolve_world_size
+
+    lines = [python_line(sys.version_info[:3])]
+    for name in PINNED:
+        try:
+            version = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            version = None
+        lines.append(package_line(name, version))
+    gpus = visible_gpus()
+    try:
+        n = resolve_world_size(None, gpus)
+        backend = choose_backend(n, gpus)
+        lines.append(Line("GPUs visible", str(gpus)))
+        lines.append(Line("start_cluster() will choose", f"{n} rank(s), {backend}"))
+    except ValueError as e:
+        return [*lines, Line("start_cluster() will choose", str(e), BLOCKER,
+                             "fix COURSE_WORLD_SIZE / COURSE_BACKEND")]
+    if backend == "nccl":
+        lines += cluster_lines("nccl", n)
+    lines += cluster_lines("gloo", 4 if backend == "gloo" else 2)
+    checkpoints = tempfile.gettempdir()
+    lines.append(disk_line(checkpoints, shutil.disk_usage(checkpoints).free))
+    lines.append(optional_line("py-spy (stacks of stuck ranks)", py_spy() is not None,
+                               "for cluster.stacks() (notebook 06 falls back to faulthandler)"))
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    lines.append(optional_line("Chromium", bool(browser), "for the browser tests of `make test`"))
+    lines.append(optional_line("Slurm (sbatch)", bool(shutil.which("sbatch")),
+                               "to run the course on a Slurm cluster (README)"))
+    lines.append(optional_line("MPI (mpiexec)", bool(shutil.which("mpiexec")),
+                               "to start engines with mpiexec (README)"))
+    return lines
+
+
+def main() -> int:
+    os.environ.setdefault("IPP_NONINTERACTIVE", "1")
+    started = time.perf_counter()
+    lines = report()
+    rows = [("check", "found", "verdict", "what to do")]
+    rows += [(ln.what, ln.found, ln.verdict, ln.todo) for ln in lines]
+    print(table(rows))
+    blockers = [ln for ln in lines if ln.verdict == BLOCKER]
+    print(f"\n{len(blockers)} blocker(s); checked in {time.perf_counter() - started:.0f} s. "
+          + ("This machine is ready for the course." if not blockers else
+             "Fix the lines marked BLOCKER, then run `make check` again."))
+    return 1 if blockers else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
