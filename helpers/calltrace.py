@@ -83,6 +83,16 @@ def reset() -> None:
     _counters.clear()
 
 
+def mark() -> int:
+    """A bookmark in this rank's record: since(mark()) later gives the calls made meanwhile."""
+    return _counters.get("*", 0)
+
+
+def since(bookmark: int) -> list[dict[str, Any]]:
+    """This rank's entries recorded since the bookmark, oldest first (copies)."""
+    return [dict(e) for e in list(_calls) if e["n"] >= bookmark]
+
+
 def records() -> list[dict[str, Any]]:
     """This rank's entries, oldest first (copies: safe to send to the notebook)."""
     return [dict(e) for e in list(_calls)]

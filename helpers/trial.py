@@ -1,0 +1,189 @@
+"""Run a learner's function on the ranks twice, at two world sizes, and record what it called.
+
+Introduced in notebook 00, behind every exercise checker of ``helpers.checks``. An answer that
+is right only at the world size it was tried at (a hard-coded 4, a sum that happens to match)
+is caught by running the same function again on a group of one rank fewer. Both runs go
+through groups of their own, with a short timeout, so an answer that deadlocks fails within
+seconds and leaves the notebook's process group untouched.
+
+The learner's code reads ``rank``, ``world_size`` and ``dist`` from the engine's namespace; in
+a run on a group, those names are rebound for the learner's functions (and the functions they
+call): ``rank`` and ``world_size`` are the group's, and ``dist`` is ``GroupDist``, which sends
+every call to the group and reads every peer (``dst``, ``src``, ``peer``) as a group rank.
+The course's call record (``helpers.calltrace``) sees each call, so a checker can also judge
+how a value was produced (point-to-point only, one collective, no communication at all...).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import types
+from datetime import timedelta
+from typing import Any
+
+from .px import to_cpu
+from .text import first_line
+
+PEERS = {"dst": "group_dst", "src": "group_src"}
+RETURNS_A_PEER = ("recv",)
+
+
+class GroupDist:
+    """torch.distributed for code that must run on one group: every call goes to the group,
+    and ranks (ranks, peers, roots) are the group's own, 0..size-1."""
+
+    def __init__(self, group: Any):
+        import torch.distributed as dist
+
+        self._dist, self._group = dist, group
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._dist, name)
+        if not callable(real) or isinstance(real, type) or name in ("batch_isend_irecv",):
+            return real
+        try:
+            parameters = inspect.signature(real).parameters
+        except (TypeError, ValueError):
+            return real
+        if "group" not in parameters:
+            return real
+
+        def on_group(*args: Any, **kwargs: Any) -> Any:
+            bound = inspect.signature(getattr(self._dist, name)).bind_partial(*args, **kwargs)
+            arguments = dict(bound.arguments)
+            if arguments.get("group") is None:
+                arguments["group"] = self._group
+            for peer, group_peer in PEERS.items():
+                if arguments.get(peer) is not None and group_peer in parameters:
+                    arguments[group_peer] = arguments.pop(peer)
+            result = getattr(self._dist, name)(**arguments)
+            if name in RETURNS_A_PEER and isinstance(result, int) and result >= 0:
+                return self._dist.get_group_rank(self._group, result)
+            return result
+
+        on_group.__name__ = name
+        on_group.real_name = name  # for P2POp, which checks its op by identity
+        return on_group
+
+    def P2POp(self, op: Any, tensor: Any, peer: int | None = None, group: Any = None,
+              tag: int = 0) -> Any:
+        """dist.P2POp on the group, with peer read as a group rank."""
+        real_op = getattr(self._dist, getattr(op, "real_name", getattr(op, "__name__", "")))
+        return self._dist.P2POp(real_op, tensor, group=group or self._group, tag=tag,
+                                group_peer=peer)
+
+    def get_rank(self, group: Any = None) -> int:
+        return self._dist.get_rank(group or self._group)
+
+    def get_world_size(self, group: Any = None) -> int:
+        return self._dist.get_world_size(group or self._group)
+
+
+def rebound(namespace: dict[str, Any], names: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the namespace with names replaced, in which every function defined in it (the
+    learner's) is rebound to the copy, so that it and its helpers all see the new names."""
+    copy = dict(namespace)
+    copy.update(names)
+    for key, value in namespace.items():
+        if isinstance(value, types.FunctionType) and value.__globals__ is namespace:
+            copy[key] = types.FunctionType(value.__code__, copy, value.__name__,
+                                           value.__defaults__, value.__closure__)
+    return copy
+
+
+def _group(ranks: list[int], seconds: float, backend: str | None = None) -> Any:
+    """A group with a short timeout; NCCL parts wait and raise instead of ending the process."""
+    import torch.distributed as dist
+
+    os.environ["TORCH_NCCL_BLOCKING_WAIT"] = "1"  # read when the group is made (notebook 06)
+    try:
+        return dist.new_group(ranks, timeout=timedelta(seconds=seconds), backend=backend)
+    finally:
+        del os.environ["TORCH_NCCL_BLOCKING_WAIT"]
+
+
+def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
+             device: Any) -> dict[str, Any]:
+    """Call the learner's function once on the group; its value or error, and its calls."""
+    import torch
+    import torch.distributed as dist
+
+    from . import calltrace
+
+    rank, size = dist.get_rank(group), dist.get_world_size(group)
+    world = rebound(namespace, {"dist": GroupDist(group), "rank": rank, "world_size": size,
+                                "device": device})
+    outcome: dict[str, Any] = {"rank": rank, "size": size, "value": None, "error": None,
+                               "observed": None}
+    with torch.random.fork_rng(devices=[]):  # the inputs leave the learner's generator alone
+        args = exercise.make_args(rank, size, device, group, seed)
+    bookmark = calltrace.mark()
+    try:
+        returned = world[exercise.name](*args)
+        outcome["value"] = to_cpu(exercise.collect(args, returned))
+        outcome["observed"] = exercise.observe(args, returned)
+    except Exception as e:  # noqa: BLE001 - the learner's error is the checker's verdict
+        outcome["error"] = first_line(e)
+    group_ranks = tuple(dist.get_process_group_ranks(group))
+    outcome["calls"] = [{k: e[k] for k in ("op", "kind", "peer", "parts", "shapes")}
+                        for e in calltrace.since(bookmark) if e["group_ranks"] == group_ranks]
+    return outcome
+
+
+def run(exercise: Any, seed: int, timeout_s: float = 5.0) -> dict[str, Any]:
+    """On every rank: the learner's function run on all ranks, then (if the exercise makes
+    sense on one rank fewer, and the first run raised nowhere) on all ranks but the last."""
+    import torch
+    import torch.distributed as dist
+    from IPython import get_ipython
+
+    namespace = get_ipython().user_ns
+    if not callable(namespace.get(exercise.name)):
+        return {"missing": f"{exercise.name} is not defined on this rank: run the cell that "
+                           "defines it"}
+    device, n, me = namespace["device"], dist.get_world_size(), dist.get_rank()
+    everyone = _group(list(range(n)), timeout_s)
+    verdict = _group(list(range(n)), 2 * timeout_s + 5, backend="gloo")
+    fewer = n - 1 >= exercise.min_size
+    smaller = _group(list(range(n - 1)), timeout_s) if fewer else None  # every rank calls it
+    runs = {"full": _attempt(namespace, exercise, seed, everyone, device)}
+    fine = torch.tensor([0.0 if runs["full"]["error"] else 1.0])
+    dist.all_reduce(fine, op=dist.ReduceOp.MIN, group=verdict)  # all ranks are done, and agree
+    if smaller is not None and fine.item() == 1.0 and me < n - 1:
+        runs["smaller"] = _attempt(namespace, exercise, seed + 1, smaller, device)
+    dist.barrier(group=verdict)
+    for group in (everyone, smaller, verdict):
+        if group is not None and dist.get_rank(group) >= 0:  # the last rank is not in `smaller`
+            dist.destroy_process_group(group)
+    return runs
+
+
+# ---- files a learner's code opens (notebook 05: only rank 0 may read the checkpoint) ------
+_watched: set[str] = set()
+_opened: dict[str, int] = {}
+_hooked: list[bool] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event == "open" and _watched and args and isinstance(args[0], str | bytes | os.PathLike):
+        path = os.path.abspath(os.fsdecode(args[0]))
+        if path in _watched:
+            _opened[path] = _opened.get(path, 0) + 1
+
+
+def watch(path: str | os.PathLike) -> None:
+    """Count from now on how often this process opens path (an audit hook, set once)."""
+    import sys
+
+    if not _hooked:  # an audit hook cannot be removed: add it once per process
+        sys.addaudithook(_audit)
+        _hooked.append(True)
+    path = os.path.abspath(os.fspath(path))
+    _watched.add(path)
+    _opened[path] = 0
+
+
+def opened(path: str | os.PathLike) -> int:
+    """How often this process opened path since watch(path)."""
+    return _opened.get(os.path.abspath(os.fspath(path)), 0)

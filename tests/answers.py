@@ -1,0 +1,505 @@
+"""Answers to the course's exercises, for tests/test_exercises.py: the right one, and the wrong
+ones learners really write, each with a piece of the message its checker must give.
+
+Kinds of wrong answer planted for (nearly) every exercise: the stub; right only at the world
+size it is tried at (a hard-coded size, a sum that happens to match); the wrong type or
+shape; the right value by the forbidden means (a collective where point-to-point is asked
+for, no communication at all, every rank doing everything); a deadlock; right on rank 0 only.
+"""
+
+from __future__ import annotations
+
+RIGHT: dict[str, str] = {}
+# name -> [(what, source, message piece[, the world size to try it at: 3 unless said])]
+WRONG: dict[str, list[tuple]] = {}
+
+# ---- notebook 00 ---------------------------------------------------------------------------
+RIGHT["count_ranks"] = '''
+def count_ranks():
+    one = torch.ones(1, device=device)
+    dist.all_reduce(one)
+    return int(one.item())
+'''
+WRONG["count_ranks"] = [
+    ("the stub", "def count_ranks():\n    return None", "gave None (a NoneType), expected 3"),
+    ("hard-coded 3", "def count_ranks():\n    return 3",
+     "at world size 2, rank 0: count_ranks gave 3"),
+    ("hard-coded 4", "def count_ranks():\n    return 4",
+     "at world size 3, rank 0: count_ranks gave 4", 4),
+    ("world_size", "def count_ranks():\n    return world_size", "made 0 collective calls"),
+    ("get_world_size", "def count_ranks():\n    return dist.get_world_size()",
+     "made 0 collective calls"),
+    ("sum of ranks, right at 3", '''
+def count_ranks():
+    t = torch.tensor([float(rank)], device=device)
+    dist.all_reduce(t)
+    return int(t.item())''', "at world size 2, rank 0: count_ranks gave 1"),
+    ("a float", RIGHT["count_ranks"].replace("int(one.item())", "one.item()"),
+     "3.0 (a float), expected 3 (an int)"),
+    ("a tensor", RIGHT["count_ranks"].replace("int(one.item())", "one"), "tensor [3.0]"),
+    ("two collectives",
+     RIGHT["count_ranks"].replace("    return", "    dist.barrier()\n    return"),
+     "made 2 collective calls"),
+]
+
+# ---- notebook 01 ---------------------------------------------------------------------------
+RIGHT["swap_with_partner"] = '''
+def swap_with_partner(mine):
+    partner = rank ^ 1
+    if partner >= world_size:
+        return mine
+    theirs = torch.empty_like(mine)
+    if rank % 2 == 0:
+        dist.send(mine, dst=partner)
+        dist.recv(theirs, src=partner)
+    else:
+        dist.recv(theirs, src=partner)
+        dist.send(mine, dst=partner)
+    return theirs
+'''
+WRONG["swap_with_partner"] = [
+    ("the stub", "def swap_with_partner(mine):\n    return None", "gave None"),
+    ("no exchange", "def swap_with_partner(mine):\n    return mine", "expected"),
+    ("no partner check", RIGHT["swap_with_partner"].replace(
+        "    if partner >= world_size:\n        return mine\n", ""),
+     "rank 2: swap_with_partner raised"),
+    ("a collective", '''
+def swap_with_partner(mine):
+    everyone = [torch.empty_like(mine) for _ in range(world_size)]
+    dist.all_gather(everyone, mine)
+    partner = rank ^ 1
+    return everyone[partner] if partner < world_size else mine''', "point-to-point calls only"),
+    ("both receive first", RIGHT["swap_with_partner"].replace("rank % 2 == 0", "False"), "raised"),
+    ("a list", RIGHT["swap_with_partner"].replace("    return theirs", "    return [theirs]"),
+     "a list"),
+]
+
+RIGHT["shift_right"] = '''
+def shift_right(mine):
+    shifted = torch.empty_like(mine)
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+    ops = [dist.P2POp(dist.isend, mine, right), dist.P2POp(dist.irecv, shifted, left)]
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+    return shifted
+'''
+WRONG["shift_right"] = [
+    ("the stub", "def shift_right(mine):\n    return torch.zeros_like(mine)", "expected"),
+    ("hard-coded 3", RIGHT["shift_right"].replace("% world_size", "% 3"),
+     "at world size 2"),
+    ("hard-coded 4", RIGHT["shift_right"].replace("% world_size", "% 4"), "at world size 3", 4),
+    ("to the left", RIGHT["shift_right"].replace("mine, right", "mine, left").replace(
+        "shifted, left", "shifted, right"), "at world size 3, rank 0: shift_right gave"),
+    ("a collective", '''
+def shift_right(mine):
+    everyone = [torch.empty_like(mine) for _ in range(world_size)]
+    dist.all_gather(everyone, mine)
+    return everyone[(rank - 1) % world_size]''', "point-to-point calls only"),
+    ("everyone receives first", '''
+def shift_right(mine):
+    shifted = torch.empty_like(mine)
+    dist.recv(shifted, src=(rank - 1) % world_size)
+    dist.send(mine, dst=(rank + 1) % world_size)
+    return shifted''', "raised"),
+]
+
+RIGHT["ring_sum"] = '''
+def ring_sum(x):
+    total, passing = x.clone(), x.clone()
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+    for _ in range(world_size - 1):
+        incoming = torch.empty_like(passing)
+        ops = [dist.P2POp(dist.isend, passing, right), dist.P2POp(dist.irecv, incoming, left)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+        total += incoming
+        passing = incoming
+    return total
+'''
+WRONG["ring_sum"] = [
+    ("the stub", "def ring_sum(x):\n    return x", "expected"),
+    ("all_reduce", "def ring_sum(x):\n    t = x.clone()\n    dist.all_reduce(t)\n    return t",
+     "point-to-point calls only"),
+    ("two steps, right at 3", RIGHT["ring_sum"].replace("range(world_size - 1)", "range(2)"),
+     "at world size 2"),
+    ("a float", RIGHT["ring_sum"].replace("return total", "return total.sum().item()"),
+     "(a float)"),
+]
+
+# ---- notebook 02 ---------------------------------------------------------------------------
+RIGHT["mean_of_all"] = '''
+def mean_of_all(x):
+    total = x.clone()
+    dist.all_reduce(total)
+    return total / world_size
+'''
+WRONG["mean_of_all"] = [
+    ("the stub", "def mean_of_all(x):\n    return x", "expected"),
+    ("the sum", RIGHT["mean_of_all"].replace(" / world_size", ""), "expected"),
+    ("hard-coded 3", RIGHT["mean_of_all"].replace("world_size", "3"), "at world size 2"),
+    ("hard-coded 4", RIGHT["mean_of_all"].replace("world_size", "4"), "at world size 3", 4),
+    ("all_gather", '''
+def mean_of_all(x):
+    everyone = [torch.empty_like(x) for _ in range(world_size)]
+    dist.all_gather(everyone, x)
+    return torch.stack(everyone).mean(0)''', "one all_reduce is all it takes"),
+    ("reduce and broadcast", '''
+def mean_of_all(x):
+    t = x.clone()
+    dist.reduce(t, dst=0)
+    dist.broadcast(t, src=0)
+    return t / world_size''', "made 2 collective calls"),
+    ("a float", RIGHT["mean_of_all"].replace("return total / world_size",
+                                             "return (total / world_size).mean().item()"),
+     "(a float)"),
+]
+
+RIGHT["ring_all_gather"] = '''
+def ring_all_gather(chunk):
+    n, size = world_size, chunk.numel()
+    gathered = torch.zeros(n * size, device=chunk.device, dtype=chunk.dtype)
+    gathered[rank * size:(rank + 1) * size] = chunk
+    right, left = (rank + 1) % n, (rank - 1) % n
+    for step in range(n - 1):
+        out, inc = (rank - step) % n, (rank - step - 1) % n
+        received = torch.empty_like(chunk)
+        ops = [dist.P2POp(dist.isend, gathered[out * size:(out + 1) * size].clone(), right),
+               dist.P2POp(dist.irecv, received, left)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+        gathered[inc * size:(inc + 1) * size] = received
+    return gathered
+'''
+WRONG["ring_all_gather"] = [
+    ("the stub", "def ring_all_gather(chunk):\n    return torch.zeros(2 * world_size)",
+     "expected"),
+    ("all_gather", '''
+def ring_all_gather(chunk):
+    everyone = [torch.empty_like(chunk) for _ in range(world_size)]
+    dist.all_gather(everyone, chunk)
+    return torch.cat(everyone)''', "point-to-point calls only"),
+    ("hard-coded 3", RIGHT["ring_all_gather"].replace("n, size = world_size,", "n, size = 3,"),
+     "at world size 2"),
+    ("a list", RIGHT["ring_all_gather"].replace("    return gathered",
+                                                "    return list(gathered.split(size))"),
+     "a list"),
+]
+
+RIGHT["tree_broadcast"] = '''
+import math
+
+def tree_broadcast(t):
+    for k in range(math.ceil(math.log2(world_size))):
+        step = 2 ** k
+        if rank < step and rank + step < world_size:
+            dist.send(t, dst=rank + step)
+        elif step <= rank < 2 * step:
+            dist.recv(t, src=rank - step)
+    return t
+'''
+WRONG["tree_broadcast"] = [
+    ("the stub", "def tree_broadcast(t):\n    return t", "expected"),
+    ("dist.broadcast", "def tree_broadcast(t):\n    dist.broadcast(t, src=0)\n    return t",
+     "point-to-point calls only"),
+    ("every rank from rank 0 (right at 3)", '''
+def tree_broadcast(t):
+    if rank == 0:
+        for r in range(1, world_size):
+            dist.send(t, dst=r)
+    else:
+        dist.recv(t, src=0)
+    return t''', "a tree needs at most 2 rounds", 4),
+]
+
+# ---- notebook 03 ---------------------------------------------------------------------------
+RIGHT["global_mean"] = '''
+def global_mean(value, count):
+    t = torch.tensor([value * count, float(count)], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return (t[0] / t[1]).item()
+'''
+WRONG["global_mean"] = [
+    ("the stub", "def global_mean(value, count):\n    return value", "expected"),
+    ("mean of the means", '''
+def global_mean(value, count):
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return (t / world_size).item()''', "expected"),
+    ("a tensor", RIGHT["global_mean"].replace("(t[0] / t[1]).item()", "t[0] / t[1]"),
+     "tensor"),
+]
+
+RIGHT["weighted_average_gradients"] = '''
+def weighted_average_gradients(model, n_local):
+    total = torch.tensor([float(n_local)], device=device)
+    dist.all_reduce(total)
+    for p in model.parameters():
+        p.grad *= n_local
+        dist.all_reduce(p.grad)
+        p.grad /= total
+'''
+WRONG["weighted_average_gradients"] = [
+    ("the stub", "def weighted_average_gradients(model, n_local):\n    pass",
+     "values off by up to"),
+    ("a plain average", '''
+def weighted_average_gradients(model, n_local):
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= world_size''', "values off by up to"),
+]
+
+RIGHT["in_sync"] = '''
+import hashlib
+
+def in_sync(model):
+    flat = torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
+    digest = hashlib.sha256(flat.numpy().tobytes()).digest()
+    fingerprint = torch.tensor([int.from_bytes(digest[:8], "little", signed=True)], device=device)
+    low, high = fingerprint.clone(), fingerprint.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    return bool(low.item() == high.item())
+'''
+WRONG["in_sync"] = [
+    ("the stub", "def in_sync(model):\n    return True", "expected False"),
+    ("everything from rank 0", '''
+def in_sync(model):
+    mine = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    theirs = mine.clone()
+    dist.broadcast(theirs, src=0)
+    same = torch.tensor([float(torch.equal(mine, theirs))], device=device)
+    dist.all_reduce(same, op=dist.ReduceOp.MIN)
+    return bool(same.item() == 1.0)''', "carried"),
+    ("sums only", '''
+def in_sync(model):
+    total = sum(p.detach().double().sum() for p in model.parameters()).reshape(1).to(device)
+    low, high = total.clone(), total.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    return bool(low.item() == high.item())''', "expected False"),
+    ("a tensor", RIGHT["in_sync"].replace("bool(low.item() == high.item())", "low == high"),
+     "tensor"),
+]
+
+# ---- notebook 04 ---------------------------------------------------------------------------
+RIGHT["distributed_accuracy"] = '''
+def distributed_accuracy(model, x, y):
+    share = slice(rank, len(x), world_size)  # disjoint shares, together all of x
+    with torch.no_grad():
+        correct = (model(x[share]).argmax(dim=1) == y[share]).sum().double()
+    dist.all_reduce(correct)
+    return correct.item() / len(x)
+'''
+WRONG["distributed_accuracy"] = [
+    ("the stub", "def distributed_accuracy(model, x, y):\n    return 0.0", "expected"),
+    ("mean of the ranks' accuracies", '''
+def distributed_accuracy(model, x, y):
+    share = slice(rank, len(x), world_size)
+    with torch.no_grad():
+        acc = (model(x[share]).argmax(dim=1) == y[share]).double().mean()
+    dist.all_reduce(acc)
+    return acc.item() / world_size''', "expected"),
+    ("every rank evaluates everything", '''
+def distributed_accuracy(model, x, y):
+    with torch.no_grad():
+        acc = (model(x).argmax(dim=1) == y).double().mean()
+    dist.all_reduce(acc)
+    return acc.item() / world_size''', "each rank evaluates only its share"),
+    ("a tensor", RIGHT["distributed_accuracy"].replace("correct.item() / len(x)",
+                                                      "correct / len(x)"), "tensor"),
+]
+
+RIGHT["accumulate"] = '''
+import torch.nn.functional as F
+
+def accumulate(model, opt, micro_batches):
+    opt.zero_grad()
+    k = len(micro_batches)
+    with model.no_sync():
+        for xb, yb in micro_batches[:-1]:
+            (F.cross_entropy(model(xb), yb) / k).backward()
+    xb, yb = micro_batches[-1]
+    (F.cross_entropy(model(xb), yb) / k).backward()
+    opt.step()
+'''
+WRONG["accumulate"] = [
+    ("no no_sync", '''
+def accumulate(model, opt, micro_batches):
+    opt.zero_grad()
+    for xb, yb in micro_batches:
+        (F.cross_entropy(model(xb), yb) / len(micro_batches)).backward()
+    opt.step()''', "averaged the gradients"),
+    ("no division", RIGHT["accumulate"].replace(" / k", ""), "off by up to"),
+    ("a step per micro-batch", '''
+def accumulate(model, opt, micro_batches):
+    for xb, yb in micro_batches:
+        opt.zero_grad()
+        F.cross_entropy(model(xb), yb).backward()
+        opt.step()''', "off by up to"),
+]
+
+RIGHT["my_shard"] = '''
+import math
+
+def my_shard(n_samples, epoch):
+    order = torch.randperm(n_samples, generator=torch.Generator().manual_seed(epoch)).tolist()
+    total = math.ceil(n_samples / world_size) * world_size
+    order += order[: total - n_samples]  # pad by repeating the first indices
+    return order[rank:total:world_size]
+'''
+WRONG["my_shard"] = [
+    ("the stub", "def my_shard(n_samples, epoch):\n    return []", "expected"),
+    ("no padding", RIGHT["my_shard"].replace("    order += order[: total - n_samples]"
+                                             "  # pad by repeating the first indices\n", ""),
+     "expected"),
+    ("no epoch", RIGHT["my_shard"].replace("manual_seed(epoch)", "manual_seed(0)"), "expected"),
+    ("blocks instead of a stride", RIGHT["my_shard"].replace(
+        "order[rank:total:world_size]",
+        "order[rank * total // world_size:(rank + 1) * total // world_size]"), "expected"),
+    ("a tensor", RIGHT["my_shard"].replace("return order[rank:total:world_size]",
+                                           "return torch.tensor(order[rank:total:world_size])"),
+     "tensor"),
+]
+
+# ---- notebook 05 ---------------------------------------------------------------------------
+RIGHT["load_wrong_way"] = '''
+from helpers.data import mlp
+
+def load_wrong_way(path):
+    state = torch.load(path, map_location=device, weights_only=True)
+    model = mlp().to(device)
+    model.load_state_dict({key.removeprefix("module."): value for key, value in state.items()})
+    return model
+'''
+WRONG["load_wrong_way"] = [
+    ("the stub", "def load_wrong_way(path):\n    return None", "gave None"),
+    ("strict=False", RIGHT["load_wrong_way"].replace(
+        '{key.removeprefix("module."): value for key, value in state.items()}',
+        "state, strict=False"), "values off by up to"),
+    ("the state dict itself", '''
+def load_wrong_way(path):
+    return torch.load(path, weights_only=True)''', "expected a dict with keys"),
+]
+
+RIGHT["newest_loadable"] = '''
+from pathlib import Path
+from helpers.checkpoint import CheckpointError, checkpoint_step, load_checkpoint
+
+def newest_loadable(directory):
+    found = [p for p in Path(directory).glob("step-*.pt") if checkpoint_step(p) is not None]
+    for path in sorted(found, key=checkpoint_step, reverse=True):
+        try:
+            load_checkpoint(path)
+        except CheckpointError:
+            continue
+        return str(path)
+    return None
+'''
+WRONG["newest_loadable"] = [
+    ("the newest name", '''
+from helpers.checkpoint import latest_checkpoint
+
+def newest_loadable(directory):
+    return str(latest_checkpoint(directory))''', "expected"),
+    ("plain torch.load", RIGHT["newest_loadable"].replace(
+        "load_checkpoint(path)", "torch.load(path, weights_only=True)").replace(
+        "except CheckpointError:", "except Exception:"), "expected"),
+]
+
+RIGHT["load_and_share"] = '''
+def load_and_share(path, model):
+    box = [torch.load(path, map_location="cpu", weights_only=True) if rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    model.load_state_dict(box[0])
+'''
+WRONG["load_and_share"] = [
+    ("every rank reads the file", '''
+def load_and_share(path, model):
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))''',
+     "opened the file itself"),
+    ("rank 0 alone", '''
+def load_and_share(path, model):
+    if rank == 0:
+        model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))''',
+     "at world size 3, rank 1"),
+]
+
+# ---- notebook 06 ---------------------------------------------------------------------------
+RIGHT["ring_exchange"] = '''
+def ring_exchange():
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+    mine, got = torch.tensor([float(rank)]), torch.zeros(1)
+    if rank % 2 == 0:
+        dist.send(mine, dst=right)
+        dist.recv(got, src=left)
+    else:
+        dist.recv(got, src=left)
+        dist.send(mine, dst=right)
+    return got.item()
+'''
+WRONG["ring_exchange"] = [
+    ("the stub", "def ring_exchange():\n    return None", "gave None"),
+    ("batch_isend_irecv", '''
+def ring_exchange():
+    got = torch.zeros(1)
+    ops = [dist.P2POp(dist.isend, torch.tensor([float(rank)]), (rank + 1) % world_size),
+           dist.P2POp(dist.irecv, got, (rank - 1) % world_size)]
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+    return got.item()''', "blocking dist.send and dist.recv only"),
+    ("everyone receives first", RIGHT["ring_exchange"].replace("rank % 2 == 0", "False"),
+     "raised"),
+    ("an int", RIGHT["ring_exchange"].replace("return got.item()", "return int(got.item())"),
+     "(an int)"),
+    ("its own rank, no message", "def ring_exchange():\n    return float((rank - 1) % world_size)",
+     "made no point-to-point"),
+]
+
+RIGHT["skip_together"] = '''
+def skip_together(batch_ok):
+    ok = torch.tensor([1.0 if batch_ok else 0.0], device=device)
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    if ok.item() == 0.0:
+        return None
+    t = torch.ones(1, device=device)
+    dist.all_reduce(t)
+    return t.item()
+'''
+WRONG["skip_together"] = [
+    ("each rank decides alone", '''
+def skip_together(batch_ok):
+    if not batch_ok:
+        return None
+    t = torch.ones(1, device=device)
+    dist.all_reduce(t)
+    return t.item()''', "raised"),
+    ("0.0 instead of None", RIGHT["skip_together"].replace("        return None",
+                                                          "        return 0.0"),
+     "expected None"),
+]
+
+FIRST_MISMATCH_RIGHT = '''
+from collections import Counter
+
+def first_mismatch(traces):
+    longest = max(len(t) for t in traces.values())
+    for seq in range(longest):
+        calls = {r: next((e for e in t if e["seq"] == seq), None) for r, t in traces.items()}
+        missing = sorted(r for r, e in calls.items() if e is None)
+        if missing:  # a rank that never made the call is the one to blame
+            return seq, missing
+        keys = {r: (e["op"], str(e["shapes"])) for r, e in calls.items()}
+        counts = Counter(keys.values())
+        if len(counts) > 1:
+            usual = counts.most_common(1)[0][0]
+            return seq, sorted(r for r, k in keys.items() if k != usual)
+    return None
+'''
+FIRST_MISMATCH_WRONG = [
+    ("ops only", FIRST_MISMATCH_RIGHT.replace('(e["op"], str(e["shapes"]))', 'e["op"]'),
+     "expected"),
+    ("the sequence number only", FIRST_MISMATCH_RIGHT.replace(
+        "return seq, sorted(r for r, k in keys.items() if k != usual)", "return seq"),
+     "expected"),
+    ("never a match", "def first_mismatch(traces):\n    return None", "expected"),
+]

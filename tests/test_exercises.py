@@ -1,0 +1,63 @@
+"""Every exercise checker on real ranks: it passes the right answer, at two world sizes, and
+fails each planted wrong answer with a message that says what is wrong (tests/answers.py)."""
+
+from __future__ import annotations
+
+import pytest
+from answers import FIRST_MISMATCH_RIGHT, FIRST_MISMATCH_WRONG, RIGHT, WRONG
+
+from helpers import checks
+
+EXERCISES = {e.name: e for e in vars(checks).values() if isinstance(e, checks.Exercise)}
+SEED = 1000  # fixed, so that a planted answer fails the same way every run
+
+
+def test_every_exercise_has_a_right_answer_and_wrong_ones():
+    assert sorted(EXERCISES) == sorted(RIGHT) == sorted(WRONG)
+    assert all(len(WRONG[name]) >= 2 for name in WRONG)
+
+
+@pytest.mark.parametrize("name", sorted(RIGHT))
+def test_the_right_answer_passes_at_two_world_sizes(cluster3, name, capsys):
+    cluster3.px(RIGHT[name])
+    checks.check(cluster3, EXERCISES[name], seed=SEED)
+    assert f"{name}: right on all 3 ranks, and again on 2 ranks alone" in capsys.readouterr().out
+
+
+PLANTED = [(name, *planted[:3], planted[3] if len(planted) > 3 else 3)
+           for name, wrong in WRONG.items() for planted in wrong]
+
+
+@pytest.mark.parametrize(("name", "what", "source", "piece", "size"), PLANTED,
+                         ids=[f"{n}: {w} ({size} ranks)" for n, w, _, _, size in PLANTED])
+def test_a_wrong_answer_is_caught_and_explained(request, name, what, source, piece, size):
+    cluster = request.getfixturevalue(f"cluster{size}")
+    cluster.px(source)
+    with pytest.raises(AssertionError) as err:
+        checks.check(cluster, EXERCISES[name], seed=SEED)
+    assert piece in str(err.value), f"{what}: {err.value}"
+
+
+def test_a_missing_function_is_named(cluster3):
+    cluster3.px("globals().pop('count_ranks', None)")
+    with pytest.raises(AssertionError, match="count_ranks is not defined on this rank"):
+        checks.check(cluster3, checks.COUNT_RANKS, seed=SEED)
+
+
+def _define(source: str):
+    namespace: dict = {}
+    exec(source, namespace)
+    return namespace["first_mismatch"]
+
+
+def test_first_mismatch_right_answer(capsys):
+    checks.check_first_mismatch(_define(FIRST_MISMATCH_RIGHT))
+    assert "right on 30 planted records" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("what", "source", "piece"), FIRST_MISMATCH_WRONG,
+                         ids=[w for w, _, _ in FIRST_MISMATCH_WRONG])
+def test_first_mismatch_wrong_answers(what, source, piece):
+    with pytest.raises(AssertionError, match="first_mismatch is not right yet") as err:
+        checks.check_first_mismatch(_define(source))
+    assert piece in str(err.value)
