@@ -119,7 +119,7 @@ def _measure(nbytes: int, repeats: int) -> dict[str, float]:
             "all_reduce": time_on_all_ranks(lambda: dist.all_reduce(x), device, repeats=repeats)}
 
 
-def cluster_lines(backend: str, n: int, nbytes: int = 32 * 2**20) -> list[Line]:
+def cluster_lines(backend: str, n: int, nbytes: int = 16 * 2**20) -> list[Line]:
     """Start a cluster of n ranks on backend, all_reduce, time it; bandwidths on 2+ ranks."""
     from . import start_cluster
     from .timing import algbw, busbw
