@@ -453,7 +453,7 @@ def _sync_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tupl
 
 
 def _sync_expected(rank: int, size: int, seed: int) -> bool:
-    return seed % 4 == 0
+    return seed % 4 == 0 or size == 1  # one rank alone is always in sync with itself
 
 
 def _sync_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:

@@ -11,7 +11,7 @@ Safety rules, each checked here:
   CUDA context its parent opened), so engines may use their GPUs;
 - it starts no thread of its own, creates no sockets or event loops before forking;
 - each child resets what a fresh process would have: default signal handlers, its own
-  log file as stdout/stderr, a new numpy seed, and its own session (a Ctrl-C meant for the
+  log file as stdout/stderr, new numpy and torch seeds, and its own session (a Ctrl-C meant for the
   notebook's kernel never reaches the engines; the course forwards it explicitly).
 
 Protocol (one JSON object per line): the server prints ``{"ready": pid}`` once its imports are
@@ -64,8 +64,12 @@ def _become_engine(argv: list[str], log: str) -> None:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         import numpy
+        import torch
 
-        numpy.random.seed()  # fresh processes draw their own numpy seed; a fork would share one
+        # a fresh process seeds its generators from the system's entropy; a fork would share its
+        # parent's: seed numpy's and torch's CPU generator again (CUDA's are not touched yet)
+        numpy.random.seed()
+        torch.default_generator.seed()
         from ipyparallel.engine.app import IPEngine
 
         IPEngine.launch_instance(argv=argv)

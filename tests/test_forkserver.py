@@ -34,6 +34,7 @@ def test_engines_are_fresh_processes(cluster3):
     cluster3.px("""
 import os, signal, numpy
 state = {"sid": os.getsid(0), "pid": os.getpid(), "numpy": int(numpy.random.randint(2**31)),
+         "torch": torch.initial_seed(),
          "sigint": signal.getsignal(signal.SIGINT) is signal.default_int_handler,
          "sigchld": signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL,
          "bad_fork": torch.cuda._is_in_bad_fork(),
@@ -43,6 +44,7 @@ state = {"sid": os.getsid(0), "pid": os.getpid(), "numpy": int(numpy.random.rand
     assert [s["pid"] for s in states] == [r.pid for r in cluster3.ranks]
     assert all(s["sid"] == s["pid"] for s in states), "each engine leads its own session"
     assert len({s["numpy"] for s in states}) == 3, "engines share a numpy seed"
+    assert len({s["torch"] for s in states}) == 3, "engines share torch's seed (fresh ones do not)"
     assert all(s["sigchld"] for s in states), "subprocess.wait would fail with SIGCHLD ignored"
     assert not any(s["bad_fork"] for s in states)
     assert {s["tag"] for s in states} == {str(cluster3.dir)}, "engines must carry the tag"
