@@ -2,10 +2,11 @@
 
 Prints figures, asserts nothing (timings depend on the machine and its load). For each model
 (the course MLP, and the deeper one notebooks 03 and 04 time), the seconds per training step
-of: no communication (the reference), DDP, one all_reduce per parameter, one flattened
-all_reduce, with ratios to DDP; then the test accuracy that DDP and the hand-written average
-reach after the same training. The averages and the training loop are the notebooks' own,
-imported from helpers.taught.
+of: no communication (the reference), DDP, notebook 03's averages after backward() (one
+all_reduce per parameter; one flattened all_reduce), and notebook 04's averages during
+backward() (one async all_reduce per parameter; buckets of 1 MB), with ratios to DDP; then
+the test accuracy that DDP and the hand-written average reach after the same training. The
+averages and the training loop are the notebooks' own, imported from helpers.taught.
 
     .venv/bin/python benchmarks/ddp_step.py [--ranks N] [--steps 200] [--timed 30]
 """
@@ -31,7 +32,12 @@ def step_times(hidden: int, depth: int, repeats: int) -> list[tuple[str, float]]
 
     from helpers.data import digits, mlp
     from helpers.engine import whereami
-    from helpers.taught import average_gradients, average_gradients_flat
+    from helpers.taught import (
+        BucketedAverage,
+        OverlappedAverage,
+        average_gradients,
+        average_gradients_flat,
+    )
     from helpers.timing import time_on_all_ranks
 
     rank, _, device = whereami()
@@ -53,11 +59,18 @@ def step_times(hidden: int, depth: int, repeats: int) -> list[tuple[str, float]]
     def fresh():
         return mlp(hidden=hidden, depth=depth, seed=0).to(device)
 
+    def during_backward(average_class):
+        model = fresh()
+        average = average_class(model)
+        return seconds(model, lambda m: average.wait())
+
     return [
         ("no communication (reference)", seconds(fresh())),
         ("DDP", seconds(DDP(fresh(), device_ids=[device] if device.type == "cuda" else None))),
-        ("by hand: one all_reduce per parameter", seconds(fresh(), average_gradients)),
-        ("by hand: flattened, one all_reduce", seconds(fresh(), average_gradients_flat)),
+        ("after backward: one all_reduce per parameter", seconds(fresh(), average_gradients)),
+        ("after backward: flattened, one all_reduce", seconds(fresh(), average_gradients_flat)),
+        ("during backward: one all_reduce per parameter", during_backward(OverlappedAverage)),
+        ("during backward: buckets of 1 MB", during_backward(BucketedAverage)),
     ]
 
 
@@ -95,7 +108,7 @@ def main() -> None:
             times = dict(cluster.view.apply_sync(step_times, hidden, depth, args.timed)[0])
             print(f"\n{label}: ms per training step (slowest rank, median of {args.timed})")
             for name, s in times.items():
-                print(f"  {name:<40} {s * 1e3:8.2f} ms   {s / times['DDP']:5.2f}x DDP")
+                print(f"  {name:<46} {s * 1e3:8.2f} ms   {s / times['DDP']:5.2f}x DDP")
         accs = cluster.view.apply_sync(accuracies, args.steps)[0]
         print(f"\ntest accuracy after {args.steps} steps (global batch "
               f"{BATCH * cluster.world_size}):")

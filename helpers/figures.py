@@ -275,3 +275,39 @@ def plot_timings(times: Mapping[str, tuple[float, float, str]], timeout: float) 
     return fig
 
 
+
+
+def plot_timeline(rows: Mapping[int, Sequence[tuple[str, float, float]]],
+                  title: str = "") -> Figure:
+    """One training step per rank (notebook 04): compute on one lane, communication below it.
+
+    rows maps a rank to (label, start, end) in seconds from the start of its step; labels
+    starting with "all_reduce" go on the communication lane, "wait" is drawn hatched.
+    """
+    colours = {"forward": "C0", "backward": "C1", "step": "C2", "wait": "0.85", "sleep": "C3"}
+    ranks = sorted(rows)
+    fig, ax = plt.subplots(figsize=(7, 0.75 * len(ranks) + 0.9), dpi=DPI)
+    end = max((e for r in ranks for _, _, e in rows[r]), default=1.0) * 1e3
+    for i, r in enumerate(ranks):
+        work = [p for p in rows[r] if not p[0].startswith("all_reduce")]
+        comms = sorted((p for p in rows[r] if p[0].startswith("all_reduce")), key=lambda p: p[1])
+        for label, start, stop in work:
+            ax.barh(i - 0.18, (stop - start) * 1e3, left=start * 1e3, height=0.32,
+                    color=colours.get(label, "0.5"), edgecolor="black", linewidth=0.4,
+                    hatch="//" if label == "wait" else None)
+        height = 0.34 / max(len(comms), 1)  # each all-reduce on a line of its own in the lane
+        for k, (_, start, stop) in enumerate(comms):
+            ax.barh(i + 0.02 + (k + 0.5) * height, (stop - start) * 1e3, left=start * 1e3,
+                    height=height * 0.8, color="C4", alpha=0.7, linewidth=0)
+    handles = [Rectangle((0, 0), 1, 1, color=c, label=n) for n, c in colours.items()
+               if any(label == n for r in ranks for label, _, _ in rows[r])]
+    handles.append(Rectangle((0, 0), 1, 1, color="C4", alpha=0.7, label="all_reduce (lower lane)"))
+    ax.legend(handles=handles, fontsize=7, loc="upper right", ncol=3)
+    ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
+    ax.set_ylim(len(ranks) - 0.4, -0.9)
+    ax.set_xlim(0, end * 1.02)
+    ax.set_xlabel("milliseconds from the start of the step")
+    if title:
+        ax.set_title(title, fontsize=10, loc="left")
+    fig.tight_layout()
+    return fig

@@ -10,6 +10,7 @@ ask the process group for the rank and the world size instead of reading the nam
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import torch
@@ -126,3 +127,76 @@ def train(
                 break
         epoch += 1
     return model
+
+
+# ---- notebook 04, step 9 -----------------------------------------------------------------
+class OverlappedAverage:
+    """Average each gradient over the ranks while backward() runs: an async all_reduce per
+    parameter, started by a hook; wait() before the optimizer step (notebook 04)."""
+
+    def __init__(self, model: nn.Module):
+        self.pending: list = []
+        self.log: list | None = None
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(self.ready)
+
+    def ready(self, p: nn.Parameter) -> None:
+        """Autograd calls this as soon as p.grad is complete: start its all_reduce."""
+        self.started(dist.all_reduce(p.grad, async_op=True), [p])
+
+    def started(self, work: dist.Work, grads: object) -> None:
+        self.pending.append((work, grads))
+        if self.log is not None:
+            begun, log = time.perf_counter(), self.log
+            work.get_future().then(lambda _: log.append(("all_reduce", begun,
+                                                          time.perf_counter())))
+
+    def wait(self) -> None:
+        """Before the optimizer step: wait for every all_reduce started during backward()."""
+        world_size = dist.get_world_size()
+        for work, grads in self.pending:
+            work.wait()
+            for p in grads:
+                p.grad /= world_size
+        self.pending.clear()
+
+
+class BucketedAverage(OverlappedAverage):
+    """Gradients in buckets of about cap_bytes, in the order backward() produces them; one
+    async all_reduce per bucket, started when its last gradient is in (notebook 04)."""
+
+    def __init__(self, model: nn.Module, cap_bytes: int = 1 << 20):
+        self.pending, self.log = [], None
+        self.buckets: list[list[nn.Parameter]] = []
+        current: list[nn.Parameter] = []
+        size = 0
+        for p in reversed(list(model.parameters())):  # backward() produces the last layer's first
+            if current and size + p.numel() * p.element_size() > cap_bytes:
+                self.buckets.append(current)
+                current, size = [], 0
+            current.append(p)
+            size += p.numel() * p.element_size()
+        self.buckets.append(current)
+        self.bucket_of = {p: i for i, bucket in enumerate(self.buckets) for p in bucket}
+        self.missing = [len(bucket) for bucket in self.buckets]
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(self.ready)
+
+    def ready(self, p: nn.Parameter) -> None:
+        i = self.bucket_of[p]
+        self.missing[i] -= 1
+        if self.missing[i] == 0:  # the bucket's last gradient is in: all-reduce the bucket
+            self.missing[i] = len(self.buckets[i])
+            flat = torch.cat([q.grad.reshape(-1) for q in self.buckets[i]])
+            self.started(dist.all_reduce(flat, async_op=True), (self.buckets[i], flat))
+
+    def wait(self) -> None:
+        world_size = dist.get_world_size()
+        for work, (bucket, flat) in self.pending:
+            work.wait()
+            flat /= world_size
+            offset = 0
+            for q in bucket:
+                q.grad.copy_(flat[offset:offset + q.numel()].view_as(q.grad))
+                offset += q.numel()
+        self.pending.clear()

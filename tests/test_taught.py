@@ -16,15 +16,16 @@ import pytest
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
-def taught_in(notebook: str, *names: str) -> str:
-    """The source of the named top-level functions, as the notebook's %%px cells define them."""
+def taught_in(notebook: str, *names: str, kind: type = ast.FunctionDef) -> str:
+    """The source of the named top-level functions (or classes), as the notebook's %%px cells
+    define them."""
     found = {}
     for cell in nbformat.read(NOTEBOOKS / notebook, as_version=4).cells:
         if cell.cell_type != "code" or not cell.source.startswith("%%px"):
             continue
         code = cell.source.split("\n", 1)[1]
         for node in ast.parse(code).body:
-            if isinstance(node, ast.FunctionDef) and node.name in names:
+            if isinstance(node, kind) and node.name in names:
                 found[node.name] = ast.get_source_segment(code, node)
     missing = set(names) - set(found)
     assert not missing, f"{notebook} no longer defines {sorted(missing)}"
@@ -92,3 +93,28 @@ assert all(same), f"rank {rank}: {same}"
 def test_a_missing_lesson_is_reported():
     with pytest.raises(AssertionError, match="no longer defines"):
         taught_in("02_collectives.ipynb", "no_such_function")
+
+
+def test_overlapped_and_bucketed_averages_of_notebook_04(cluster3):
+    cluster3.px("import time")
+    cluster3.view.execute(taught_in("04_ddp.ipynb", "OverlappedAverage", "BucketedAverage",
+                                    kind=ast.ClassDef), block=True)
+    cluster3.px("""
+import torch.nn.functional as F
+from helpers import taught
+from helpers.data import digits, mlp
+x, y, _, _ = digits()
+def grads(make):
+    model = mlp(hidden=32, depth=3, seed=0)
+    average = make(model)
+    F.cross_entropy(model(x[rank * 8:(rank + 1) * 8]), y[rank * 8:(rank + 1) * 8]).backward()
+    average.wait()
+    return [p.grad for p in model.parameters()], average
+pairs = [(OverlappedAverage, taught.OverlappedAverage),
+         (lambda m: BucketedAverage(m, 2048), lambda m: taught.BucketedAverage(m, 2048))]
+for mine, theirs in pairs:
+    (a, avg_a), (b, avg_b) = grads(mine), grads(theirs)
+    assert all(torch.equal(p, q) for p, q in zip(a, b)), f"rank {rank}"
+assert [len(b) for b in avg_a.buckets] == [len(b) for b in avg_b.buckets], f"rank {rank}"
+assert len(avg_b.buckets) > 1, f"rank {rank}: {len(avg_b.buckets)} bucket"
+""")
