@@ -64,22 +64,27 @@ class Exercise:
     observe: Callable[[tuple, Any], Any] = _nothing
     cases: int = 1
     min_size: int = 1
+    cleanup: Callable[[int, int], None] | None = None  # (global rank, seed), after both runs
     atol: float = 1e-5
     timeout: float = 5.0
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _a(word: str) -> str:
+    """The word with its indefinite article: 'an int', 'a float'."""
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
 
 
 def describe(value: Any) -> str:
     """A value for a message: its type, and the value itself when it is short."""
     if isinstance(value, torch.Tensor):
         shown = value.tolist() if value.numel() <= 12 else f"shape {list(value.shape)}"
-        return f"a {str(value.dtype).removeprefix('torch.')} tensor {shown}"
+        return f"{_a(str(value.dtype).removeprefix('torch.'))} tensor {shown}"
     if isinstance(value, nn.Module):
-        return f"a {type(value).__name__} model"
+        return f"{_a(type(value).__name__)} model"
     if isinstance(value, list | tuple) and len(value) > 12:
-        return f"a {type(value).__name__} of {len(value)} items"
-    kind = type(value).__name__
-    return f"{value!r} ({'an' if kind[0] in 'aeiou' else 'a'} {kind})"
+        return f"{_a(type(value).__name__)} of {len(value)} items"
+    return f"{value!r} ({_a(type(value).__name__)})"
 
 
 def value_problem(got: Any, expected: Any, atol: float = 1e-5) -> str | None:
@@ -94,7 +99,7 @@ def value_problem(got: Any, expected: Any, atol: float = 1e-5) -> str | None:
         if not isinstance(got, torch.Tensor):
             return f"{describe(got)}, expected {describe(expected)}"
         if got.shape != expected.shape or got.dtype != expected.dtype:
-            return (f"a {str(got.dtype).removeprefix('torch.')} tensor of shape "
+            return (f"{_a(str(got.dtype).removeprefix('torch.'))} tensor of shape "
                     f"{list(got.shape)}, expected {str(expected.dtype).removeprefix('torch.')}"
                     f" of shape {list(expected.shape)}")
         if expected.is_floating_point():
@@ -609,6 +614,17 @@ def _checkpoint_dir(seed: int, rank: int) -> Any:
     return path
 
 
+def _remove_checkpoints(rank: int, seed: int) -> None:
+    """Remove the files this rank's checks wrote (both runs: seed and seed + 1)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    for s in (seed, seed + 1):
+        shutil.rmtree(Path(tempfile.gettempdir()) / f"course-exercise-{s}-{rank}",
+                      ignore_errors=True)
+
+
 def _wrong_way_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
     path = _checkpoint_dir(seed, rank) / "wrong_way.pt"
     model = mlp(seed=seed % 1000)  # saved the wrong way: with DDP's "module." on every key
@@ -627,7 +643,8 @@ def _wrong_way_expected(rank: int, size: int, seed: int) -> dict[str, torch.Tens
 
 
 LOAD_WRONG_WAY = Exercise("load_wrong_way", _wrong_way_args, _wrong_way_expected,
-                          no_communication, "the weights of the file", collect=_state_of)
+                          no_communication, "the weights of the file", collect=_state_of,
+                          cleanup=_remove_checkpoints)
 
 
 def _newest_setup(seed: int) -> list[tuple[int, str]]:
@@ -677,7 +694,7 @@ def _as_str(args: tuple, returned: Any) -> Any:
 
 
 NEWEST_LOADABLE = Exercise("newest_loadable", _newest_args, _newest_expected, no_communication,
-                           "", collect=_as_str, cases=3)
+                           "", collect=_as_str, cases=3, cleanup=_remove_checkpoints)
 
 
 def _share_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
@@ -711,7 +728,8 @@ def _share_means(calls: Calls, rank: int, size: int, observed: Any) -> str | Non
 
 LOAD_AND_SHARE = Exercise(
     "load_and_share", _share_args, _wrong_way_expected, _share_means,
-    "only rank 0 reads the file", collect=_share_state, observe=_share_opened)
+    "only rank 0 reads the file", collect=_share_state, observe=_share_opened,
+    cleanup=_remove_checkpoints)
 
 
 # ---- notebook 06 ---------------------------------------------------------------------------

@@ -152,7 +152,9 @@ def run(exercise: Any, seed: int, timeout_s: float = 5.0) -> dict[str, Any]:
     dist.all_reduce(fine, op=dist.ReduceOp.MIN, group=verdict)  # all ranks are done, and agree
     if smaller is not None and fine.item() == 1.0 and me < n - 1:
         runs["smaller"] = _attempt(namespace, exercise, seed + 1, smaller, device)
-    dist.barrier(group=verdict)
+    dist.barrier(group=verdict)  # every rank is done with every file the runs used
+    if exercise.cleanup is not None:
+        exercise.cleanup(me, seed)
     for group in (everyone, smaller, verdict):
         if group is not None and dist.get_rank(group) >= 0:  # the last rank is not in `smaller`
             dist.destroy_process_group(group)

@@ -22,10 +22,8 @@ def count_ranks():
 '''
 WRONG["count_ranks"] = [
     ("the stub", "def count_ranks():\n    return None", "gave None (a NoneType), expected 3"),
-    ("hard-coded 3", "def count_ranks():\n    return 3",
-     "at world size 2, rank 0: count_ranks gave 3"),
-    ("hard-coded 4", "def count_ranks():\n    return 4",
-     "at world size 3, rank 0: count_ranks gave 4", 4),
+    ("hard-coded 3", "def count_ranks():\n    return 3", "made 0 collective calls"),
+    ("hard-coded 4", "def count_ranks():\n    return 4", "made 0 collective calls", 4),
     ("world_size", "def count_ranks():\n    return world_size", "made 0 collective calls"),
     ("get_world_size", "def count_ranks():\n    return dist.get_world_size()",
      "made 0 collective calls"),
@@ -261,7 +259,7 @@ def in_sync(model):
     return bool(low.item() == high.item())
 '''
 WRONG["in_sync"] = [
-    ("the stub", "def in_sync(model):\n    return True", "expected False"),
+    ("the stub", "def in_sync(model):\n    return True", "made no collective call"),
     ("everything from rank 0", '''
 def in_sync(model):
     mine = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
