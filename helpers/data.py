@@ -6,11 +6,30 @@ model on the same data. Nothing is downloaded.
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
+from pathlib import Path
+
+import numpy as np
 import torch
-from sklearn.datasets import load_digits
 from torch import nn
 
 N_FEATURES, N_CLASSES = 64, 10
+
+
+def digits_file() -> Path:
+    """The digits as scikit-learn ships them (1797 rows: 64 pixel values 0..16, then the label).
+
+    Read directly: importing scikit-learn takes about a second, on every rank.
+    """
+    spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("scikit-learn is not installed: run `make install` (it ships the "
+                          "digits data set the course trains on)")
+    path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: reinstall scikit-learn (`make clean install`)")
+    return path
 
 
 def digits(test_fraction: float = 0.25, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -18,9 +37,10 @@ def digits(test_fraction: float = 0.25, seed: int = 0) -> tuple[torch.Tensor, ..
 
     The split is a fixed shuffle (seed), so every rank and every run sees the same split.
     """
-    x, y = load_digits(return_X_y=True)
-    x = torch.tensor(x, dtype=torch.float32) / 16.0
-    y = torch.tensor(y, dtype=torch.long)
+    with gzip.open(digits_file(), "rt") as f:
+        table = np.loadtxt(f, delimiter=",", dtype=np.float32)
+    x = torch.from_numpy(table[:, :-1].copy()) / 16.0
+    y = torch.from_numpy(table[:, -1].astype(np.int64))
     order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
     n_test = int(len(y) * test_fraction)
     test, train = order[:n_test], order[n_test:]

@@ -37,3 +37,23 @@ def test_mlp_depth_adds_hidden_layers_and_keeps_the_default_model():
         assert "depth" in str(e)
     else:
         raise AssertionError("mlp(depth=0) should raise")
+
+
+def test_digits_are_scikit_learns_read_without_importing_it():
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    from helpers.data import digits_file
+
+    x_sk, y_sk = load_digits(return_X_y=True)
+    x_tr, y_tr, x_te, y_te = digits()
+    order = torch.randperm(len(y_sk), generator=torch.Generator().manual_seed(0))
+    x_all, y_all = torch.cat([x_te, x_tr]), torch.cat([y_te, y_tr])  # test rows come first
+    assert torch.equal(x_all, torch.tensor(x_sk, dtype=torch.float32)[order] / 16.0)
+    assert torch.equal(y_all, torch.tensor(y_sk)[order])
+    assert digits_file().name == "digits.csv.gz"
+    code = "import sys, helpers.data as d; d.digits(); print('sklearn' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", "reading the digits imported scikit-learn"
