@@ -1,6 +1,7 @@
 """Run a launcher such as torchrun from a notebook cell: bounded, and watched for open ports.
 
-Introduced in notebook 04 (from notebook to script). A run that outlives its timeout is
+Introduced in notebook 04 (from notebook to script) and used throughout notebook 07
+(launching jobs). A run that outlives its timeout is
 ended as a whole: the launcher and every process it started (torchrun starts each worker
 in a session of its own, so they are found as its descendants, not by process group).
 While it runs, every address on which one of its processes listens is recorded, so the
@@ -9,14 +10,21 @@ notebook can check that nothing was reachable from outside the machine.
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
+
+from helpers.topology import loopback_interface
 
 
 @dataclass
@@ -66,6 +74,40 @@ def end_tree(pid: int) -> None:
     psutil.wait_procs(procs, timeout=5)
 
 
+def run_many(
+    cmds: Sequence[Sequence[str]],
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60.0,
+    cwd: str | None = None,
+    poll_s: float = 0.05,
+) -> list[LaunchResult]:
+    """Run several commands side by side (the ranks, or the nodes, of one job) to the end.
+
+    All of them are ended, with their children, once timeout s have passed.
+    """
+    with ExitStack() as stack:
+        logs = [stack.enter_context(tempfile.TemporaryFile("w+")) for _ in cmds]
+        procs = [subprocess.Popen(list(cmd), env=dict(env) if env is not None else None,
+                                  cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+                 for cmd, log in zip(cmds, logs)]
+        listening: list[set[str]] = [set() for _ in procs]
+        deadline = time.monotonic() + timeout
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            for seen, proc in zip(listening, procs):
+                seen |= listening_addresses(proc.pid)
+            time.sleep(poll_s)
+        results = []
+        for proc, log, seen in zip(procs, logs, listening):
+            timed_out = proc.poll() is None
+            if timed_out:
+                end_tree(proc.pid)
+                proc.wait()
+            log.seek(0)
+            results.append(LaunchResult(None if timed_out else proc.returncode, log.read(),
+                                        timed_out, seen))
+        return results
+
+
 def run_watched(
     cmd: Sequence[str],
     env: Mapping[str, str] | None = None,
@@ -74,18 +116,35 @@ def run_watched(
     poll_s: float = 0.05,
 ) -> LaunchResult:
     """Run cmd to the end (ended after timeout s), noting every address its processes listen on."""
-    with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen(list(cmd), env=dict(env) if env is not None else None, cwd=cwd,
-                                stdout=log, stderr=subprocess.STDOUT)
-        listening: set[str] = set()
-        deadline = time.monotonic() + timeout
-        while proc.poll() is None and time.monotonic() < deadline:
-            listening |= listening_addresses(proc.pid)
-            time.sleep(poll_s)
-        timed_out = proc.poll() is None
-        if timed_out:
-            end_tree(proc.pid)
-            proc.wait()
-        log.seek(0)
-        return LaunchResult(None if timed_out else proc.returncode, log.read(), timed_out,
-                            listening)
+    return run_many([cmd], env, timeout, cwd, poll_s)[0]
+
+
+def pinned(cmd: Sequence[str]) -> list[str]:
+    """cmd (a script, `-m MODULE` or `torchrun` and its arguments) with its TCP stores pinned
+    to the address they are given (helpers.pinstore; notebook 07)."""
+    return [sys.executable, "-m", "helpers.pinstore", *cmd]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on host right now (for a rendezvous: the launcher binds it moments later)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def loopback_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a job on this machine alone: gloo and NCCL on the loopback
+    interface, one thread per process (the ranks share the machine's cores)."""
+    lo = loopback_interface([name for _, name in socket.if_nameindex()])
+    return dict(os.environ if base is None else base, GLOO_SOCKET_IFNAME=lo,
+                NCCL_SOCKET_IFNAME=lo, OMP_NUM_THREADS="1")
+
+
+def reports(output: str, tag: str = "REPORT") -> list[dict[str, Any]]:
+    """The JSON objects a job printed on lines that start with tag (one per worker, say)."""
+    found = []
+    for line in output.splitlines():
+        at = line.find(f"{tag} {{")  # launchers may put a prefix such as [rank0]: before it
+        if at >= 0:
+            found.append(json.loads(line[at + len(tag) + 1:]))
+    return found

@@ -501,3 +501,91 @@ FIRST_MISMATCH_WRONG = [
      "expected"),
     ("never a match", "def first_mismatch(traces):\n    return None", "expected"),
 ]
+
+# ---- exercises that run in the notebook itself: name -> (right answer, wrong ones) ----------
+IN_NOTEBOOK: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
+    "first_mismatch": (FIRST_MISMATCH_RIGHT, FIRST_MISMATCH_WRONG)}
+
+# ---- notebook 07 ---------------------------------------------------------------------------
+ENV_FOR_RIGHT = '''
+def env_for(hosts, per_host, host, local_rank, port):
+    return {"MASTER_ADDR": hosts[0], "MASTER_PORT": str(port),
+            "WORLD_SIZE": str(len(hosts) * per_host), "RANK": str(host * per_host + local_rank),
+            "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(per_host),
+            "GROUP_RANK": str(host)}
+'''
+IN_NOTEBOOK["env_for"] = (ENV_FOR_RIGHT, [
+    ("the stub", "def env_for(hosts, per_host, host, local_rank, port):\n    return {}",
+     "expected a dict"),
+    ("ints, not strings", ENV_FOR_RIGHT.replace('str(host * per_host + local_rank)',
+                                                'host * per_host + local_rank'),
+     "RANK: 0 (an int), expected '0' (a str)"),
+    ("RANK = LOCAL_RANK", ENV_FOR_RIGHT.replace('str(host * per_host + local_rank)',
+                                                'str(local_rank)'), "RANK: '0'"),
+    ("ranks dealt round the hosts", ENV_FOR_RIGHT.replace(
+        'str(host * per_host + local_rank)', 'str(local_rank * len(hosts) + host)'), "RANK:"),
+    ("MASTER_ADDR is its own host", ENV_FOR_RIGHT.replace('hosts[0]', 'hosts[host]'),
+     "MASTER_ADDR:"),
+    ("WORLD_SIZE is the host's", ENV_FOR_RIGHT.replace('str(len(hosts) * per_host)',
+                                                       'str(per_host)'), "WORLD_SIZE:"),
+    ("hard-coded 2 hosts of 4", ENV_FOR_RIGHT.replace('str(len(hosts) * per_host)', '"8"')
+     .replace('str(host * per_host + local_rank)', 'str(4 * host + local_rank)'),
+     "WORLD_SIZE:"),
+])
+
+NODE_RANKS_RIGHT = '''
+def node_ranks(tasks_per_node, node):
+    counts = []
+    for part in tasks_per_node.split(","):
+        count, _, times = part.partition("(x")
+        counts += [int(count)] * (int(times.rstrip(")")) if times else 1)
+    first = sum(counts[:node])
+    return list(range(first, first + counts[node]))
+'''
+IN_NOTEBOOK["node_ranks"] = (NODE_RANKS_RIGHT, [
+    ("the stub", "def node_ranks(tasks_per_node, node):\n    return None",
+     "None (a NoneType)"),
+    ("(xN) ignored", NODE_RANKS_RIGHT.replace(
+        '[int(count)] * (int(times.rstrip(")")) if times else 1)', '[int(count)]'), "expected"),
+    ("every node like the first", '''
+def node_ranks(tasks_per_node, node):
+    per_node = int(tasks_per_node.split("(")[0].split(",")[0])
+    return list(range(node * per_node, (node + 1) * per_node))''', "expected"),
+    ("a range, not a list", NODE_RANKS_RIGHT.replace(
+        "return list(range(first, first + counts[node]))",
+        "return range(first, first + counts[node])"), "(a range)"),
+    ("off by one", NODE_RANKS_RIGHT.replace("sum(counts[:node])", "sum(counts[:node + 1])"),
+     "expected"),
+])
+
+RENDEZVOUS_PROBLEMS_RIGHT = '''
+from collections import Counter
+
+def rendezvous_problems(envs):
+    usual = {key: Counter(e[key] for e in envs).most_common(1)[0][0]
+             for key in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")}
+    size = int(usual["WORLD_SIZE"])
+    taken = Counter(e["RANK"] for e in envs)
+    blame = []
+    for i, e in enumerate(envs):
+        disagrees = any(e[key] != value for key, value in usual.items())
+        bad_rank = not (e["RANK"].isdigit() and int(e["RANK"]) < size)
+        if disagrees or bad_rank or taken[e["RANK"]] > 1:
+            blame.append(i)
+    return blame
+'''
+IN_NOTEBOOK["rendezvous_problems"] = (RENDEZVOUS_PROBLEMS_RIGHT, [
+    ("the stub", "def rendezvous_problems(envs):\n    return []", "expected"),
+    ("judged against the first process", RENDEZVOUS_PROBLEMS_RIGHT.replace(
+        "Counter(e[key] for e in envs).most_common(1)[0][0]", "envs[0][key]"), "expected"),
+    ("only the second of two equal ranks", RENDEZVOUS_PROBLEMS_RIGHT.replace(
+        "taken[e[\"RANK\"]] > 1", "e[\"RANK\"] in [x[\"RANK\"] for x in envs[:i]]"), "expected"),
+    ("ranks out of range let through", RENDEZVOUS_PROBLEMS_RIGHT.replace(
+        'e["RANK"].isdigit() and int(e["RANK"]) < size', 'e["RANK"].isdigit()'), "expected"),
+    ("int() on every rank", RENDEZVOUS_PROBLEMS_RIGHT.replace(
+        'not (e["RANK"].isdigit() and int(e["RANK"]) < size)', 'not 0 <= int(e["RANK"]) < size'),
+     "raised"),
+    ("a set, not a sorted list", RENDEZVOUS_PROBLEMS_RIGHT.replace("return blame",
+                                                                    "return set(blame)"),
+     "(a set)"),
+])

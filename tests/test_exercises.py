@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from answers import FIRST_MISMATCH_RIGHT, FIRST_MISMATCH_WRONG, RIGHT, WRONG
+from answers import IN_NOTEBOOK, RIGHT, WRONG
 
 from helpers import checks
 
@@ -48,20 +48,25 @@ def test_a_missing_function_is_named(cluster3):
         checks.check(cluster3, checks.COUNT_RANKS, seed=SEED)
 
 
-def _define(source: str):
+def _define(source: str, name: str):
     namespace: dict = {}
     exec(source, namespace)
-    return namespace["first_mismatch"]
+    return namespace[name]
 
 
-def test_first_mismatch_right_answer(capsys):
-    checks.check_first_mismatch(_define(FIRST_MISMATCH_RIGHT))
-    assert "right on 30 planted records" in capsys.readouterr().out
+@pytest.mark.parametrize("name", sorted(IN_NOTEBOOK))
+def test_a_notebook_side_exercise_passes_its_right_answer(name, capsys):
+    getattr(checks, f"check_{name}")(_define(IN_NOTEBOOK[name][0], name))
+    assert f"{name}: right on" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("what", "source", "piece"), FIRST_MISMATCH_WRONG,
-                         ids=[w for w, _, _ in FIRST_MISMATCH_WRONG])
-def test_first_mismatch_wrong_answers(what, source, piece):
-    with pytest.raises(AssertionError, match="first_mismatch is not right yet") as err:
-        checks.check_first_mismatch(_define(source))
-    assert piece in str(err.value)
+IN_NOTEBOOK_WRONG = [(name, *planted) for name, (_, wrong) in IN_NOTEBOOK.items()
+                     for planted in wrong]
+
+
+@pytest.mark.parametrize(("name", "what", "source", "piece"), IN_NOTEBOOK_WRONG,
+                         ids=[f"{n}: {w}" for n, w, _, _ in IN_NOTEBOOK_WRONG])
+def test_a_notebook_side_wrong_answer_is_caught(name, what, source, piece):
+    with pytest.raises(AssertionError, match=f"{name} is not right yet") as err:
+        getattr(checks, f"check_{name}")(_define(source, name))
+    assert piece in str(err.value), f"{what}: {err.value}"

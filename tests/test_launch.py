@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 import textwrap
+import time
 
 import psutil
 
-from helpers.launch import listening_addresses, run_watched, torchrun_command
+from helpers.launch import (
+    free_port,
+    listening_addresses,
+    loopback_env,
+    pinned,
+    reports,
+    run_many,
+    run_watched,
+    torchrun_command,
+)
 
 LISTENER = textwrap.dedent("""
     import socket, time
@@ -53,3 +64,37 @@ def test_listening_addresses_of_a_missing_process_is_empty():
 def test_torchrun_command_is_this_environments_torchrun():
     run = run_watched(torchrun_command() + ["--help"], timeout=60)
     assert run.returncode == 0 and "--nproc-per-node" in run.output.replace("_", "-")
+
+
+def test_run_many_runs_side_by_side_and_keeps_each_output():
+    sleeper = "import sys, time; time.sleep(1.0); print('done', sys.argv[1])"
+    start = time.monotonic()
+    runs = run_many([[sys.executable, "-c", sleeper, str(i)] for i in range(2)], timeout=30)
+    assert time.monotonic() - start < 1.9, "the two runs did not overlap"
+    assert [r.returncode for r in runs] == [0, 0]
+    assert [r.output.strip() for r in runs] == ["done 0", "done 1"]
+
+
+def test_run_many_ends_every_run_past_the_timeout():
+    runs = run_many([[sys.executable, "-c", "import time; time.sleep(60)"],
+                     [sys.executable, "-c", "print('quick')"]], timeout=2)
+    assert runs[0].timed_out and runs[0].returncode is None
+    assert not runs[1].timed_out and runs[1].returncode == 0
+
+
+def test_reports_reads_tagged_json_lines_behind_a_prefix():
+    text = 'noise\nREPORT {"rank": 0}\n[rank1]:REPORT {"rank": 1}\nREPORTER {"x": 1}\n'
+    assert reports(text) == [{"rank": 0}, {"rank": 1}]
+
+
+def test_free_port_and_loopback_env():
+    port = free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))  # it was free
+    env = loopback_env({"PATH": "/bin"})
+    assert env["PATH"] == "/bin" and env["OMP_NUM_THREADS"] == "1"
+    assert env["GLOO_SOCKET_IFNAME"] == env["NCCL_SOCKET_IFNAME"] == "lo"
+
+
+def test_pinned_runs_the_command_through_pinstore():
+    assert pinned(["torchrun", "x.py"])[1:] == ["-m", "helpers.pinstore", "torchrun", "x.py"]
