@@ -76,20 +76,24 @@ def end_tree(pid: int) -> None:
 
 def run_many(
     cmds: Sequence[Sequence[str]],
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | Sequence[Mapping[str, str]] | None = None,
     timeout: float = 60.0,
     cwd: str | None = None,
     poll_s: float = 0.05,
 ) -> list[LaunchResult]:
     """Run several commands side by side (the ranks, or the nodes, of one job) to the end.
 
-    All of them are ended, with their children, once timeout s have passed.
+    env is one environment for all, or one per command. All of them are ended, with their
+    children, once timeout s have passed.
     """
+    envs = [env] * len(cmds) if env is None or isinstance(env, Mapping) else list(env)
+    if len(envs) != len(cmds):
+        raise ValueError(f"{len(cmds)} commands but {len(envs)} environments")
     with ExitStack() as stack:
         logs = [stack.enter_context(tempfile.TemporaryFile("w+")) for _ in cmds]
-        procs = [subprocess.Popen(list(cmd), env=dict(env) if env is not None else None,
+        procs = [subprocess.Popen(list(cmd), env=dict(e) if e is not None else None,
                                   cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
-                 for cmd, log in zip(cmds, logs)]
+                 for cmd, e, log in zip(cmds, envs, logs)]
         listening: list[set[str]] = [set() for _ in procs]
         deadline = time.monotonic() + timeout
         while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
@@ -141,10 +145,15 @@ def loopback_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def reports(output: str, tag: str = "REPORT") -> list[dict[str, Any]]:
-    """The JSON objects a job printed on lines that start with tag (one per worker, say)."""
-    found = []
-    for line in output.splitlines():
-        at = line.find(f"{tag} {{")  # launchers may put a prefix such as [rank0]: before it
-        if at >= 0:
-            found.append(json.loads(line[at + len(tag) + 1:]))
+    """The JSON objects a job printed after tag (one per worker, say).
+
+    Found anywhere in the output: launchers may put a prefix such as [rank0]: before a line,
+    and the lines of processes that share one output can run into each other.
+    """
+    decoder, found, marker = json.JSONDecoder(), [], f"{tag} {{"
+    at = output.find(marker)
+    while at >= 0:
+        obj, end = decoder.raw_decode(output, at + len(marker) - 1)
+        found.append(obj)
+        at = output.find(marker, end)
     return found

@@ -561,6 +561,7 @@ def node_ranks(tasks_per_node, node):
 RENDEZVOUS_PROBLEMS_RIGHT = '''
 from collections import Counter
 
+
 def rendezvous_problems(envs):
     usual = {key: Counter(e[key] for e in envs).most_common(1)[0][0]
              for key in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")}

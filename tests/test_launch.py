@@ -8,6 +8,7 @@ import textwrap
 import time
 
 import psutil
+import pytest
 
 from helpers.launch import (
     free_port,
@@ -83,8 +84,9 @@ def test_run_many_ends_every_run_past_the_timeout():
 
 
 def test_reports_reads_tagged_json_lines_behind_a_prefix():
-    text = 'noise\nREPORT {"rank": 0}\n[rank1]:REPORT {"rank": 1}\nREPORTER {"x": 1}\n'
-    assert reports(text) == [{"rank": 0}, {"rank": 1}]
+    text = ('noise\nREPORT {"rank": 0}\n[rank1]:REPORT {"rank": 1}\nREPORTER {"x": 1}\n'
+            'REPORT {"rank": 2}REPORT {"rank": 3}\n\n')
+    assert reports(text) == [{"rank": r} for r in range(4)]
 
 
 def test_free_port_and_loopback_env():
@@ -98,3 +100,11 @@ def test_free_port_and_loopback_env():
 
 def test_pinned_runs_the_command_through_pinstore():
     assert pinned(["torchrun", "x.py"])[1:] == ["-m", "helpers.pinstore", "torchrun", "x.py"]
+
+
+def test_run_many_gives_each_command_its_own_environment():
+    show = "import os; print(os.environ['WHO'])"
+    runs = run_many([[sys.executable, "-c", show]] * 2, env=[{"WHO": "a"}, {"WHO": "b"}])
+    assert [r.output.strip() for r in runs] == ["a", "b"]
+    with pytest.raises(ValueError, match="2 commands but 1 environments"):
+        run_many([[sys.executable, "-c", show]] * 2, env=[{"WHO": "a"}])
