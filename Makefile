@@ -9,7 +9,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb)) $(sort $(wildcard 
 # stored outputs are compared run after run: no progress bars, outputs grouped by engine
 export IPP_NONINTERACTIVE := 1
 
-.PHONY: install lab test unit notebooks lint outputs check clean
+.PHONY: install lab lab-args browser test unit notebooks lint outputs check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,12 +19,25 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e ".[test]"
 	touch $@
 
-install: $(STAMP)
+# JupyterLab's settings for the course: never ask about (or fetch) Jupyter news on first start
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
+$(LAB_OVERRIDES): | $(STAMP)
+	mkdir -p $(dir $@)
+	printf '%s\n' '{"@jupyterlab/apputils-extension:notification":' \
+		'  {"fetchNews": "false", "checkForUpdates": false}}' > $@
+
+install: $(STAMP) $(LAB_OVERRIDES)
+
+# the repository is the root (README, helpers/ and notebooks/ all reachable); opens notebook 00
+LAB_ARGS = --ip=127.0.0.1 --ServerApp.root_dir=. \
+	--LabApp.default_url=/lab/tree/notebooks/00_cluster.ipynb $(ALLOW_ROOT)
+
+lab-args:  # for tests/test_browser.py, which starts JupyterLab the way `make lab` does
+	@echo $(LAB_ARGS)
 
 lab: install
 	@echo "Starting JupyterLab on 127.0.0.1:$(PORT); open the URL it prints (Ctrl-C twice to stop)."
-	IPP_NONINTERACTIVE= $(VENV)/bin/jupyter lab --ip=127.0.0.1 --port=$(PORT) \
-		--ServerApp.root_dir=notebooks $(ALLOW_ROOT)
+	IPP_NONINTERACTIVE= $(VENV)/bin/jupyter lab --port=$(PORT) $(LAB_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check helpers tests notebooks benchmarks
@@ -39,6 +52,11 @@ notebooks: install
 test: lint
 	$(PY) -m pytest tests --nbval --nbval-current-env --nbval-cell-timeout=240 \
 		--nbval-sanitize-with tests/sanitize.cfg $(NOTEBOOKS)
+
+# every notebook run top to bottom in a real browser, Run All from the menu (about 4 minutes;
+# `make test` runs notebook 00 there, with the stop button and a kernel shutdown)
+browser: install
+	COURSE_BROWSER_ALL=1 $(PY) -m pytest tests/test_browser.py
 
 # the day before a workshop: is this machine ready? (a table; exit status 1 on a blocker)
 check: install

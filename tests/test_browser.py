@@ -1,0 +1,231 @@
+"""The course as a learner meets it: JupyterLab started the way `make lab` starts it, driven
+in a real Chromium (the distribution's package, through Playwright).
+
+The server runs on a copy of the repository in a temporary directory, so that nothing the
+browser does (autosave included) can touch the course's files. A screenshot of each notebook
+goes to .screenshots/ (git-ignored): look at them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+from system import need
+
+ROOT = Path(__file__).resolve().parent.parent
+SHOTS = ROOT / ".screenshots"
+CHROMIUM = os.environ.get("COURSE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+# every notebook is run in the browser with COURSE_BROWSER_ALL=1 (CI sets it); otherwise 00
+RUN_ALL = NOTEBOOKS if os.environ.get("COURSE_BROWSER_ALL") == "1" else NOTEBOOKS[:1]
+
+try:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import sync_playwright
+except ImportError:  # the test extra is not installed
+    sync_playwright = None
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """JupyterLab with `make lab`'s arguments on a copy of the repository: (url, process)."""
+    need(sync_playwright is not None, "Playwright is not installed (pip install -e '.[test]')")
+    need(Path(CHROMIUM).is_file(), "no Chromium (Debian: apt-get install chromium)")
+    copy = tmp_path_factory.mktemp("course") / "course"
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", ".git", ".screenshots",
+                                                                "__pycache__", "*.egg-info"))
+    args = subprocess.run(["make", "-s", "--no-print-directory", "lab-args"], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout.split()
+    token = os.urandom(8).hex()
+    env = {k: v for k, v in os.environ.items() if k != "IPP_NONINTERACTIVE"}  # as a learner
+    log = open(copy / "lab.log", "w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={_free_port()}",
+         f"--ServerApp.token={token}", "--LabApp.expose_app_in_browser=True", *args],
+        cwd=copy, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not (found := re.search(r"(http://127\.0\.0\.1:\d+/\S*)\?token=", (copy / "lab.log")
+                                      .read_text())) and time.monotonic() < deadline:
+            assert server.poll() is None, (copy / "lab.log").read_text()[-2000:]
+            time.sleep(0.2)
+        assert found, f"JupyterLab printed no URL in 60 s:\n{(copy / 'lab.log').read_text()}"
+        yield found.group(1), token, server
+    finally:
+        server.send_signal(signal.SIGINT)  # as Ctrl-C: the server shuts its kernels down
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser(lab):
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+def open_notebook(browser, lab, name: str):
+    """A new page with notebook `name` open and its kernel idle."""
+    url, token, _ = lab
+    base = url.split("/lab")[0]
+    page = browser.new_page(viewport={"width": 1400, "height": 900}, device_scale_factor=2)
+    page.goto(f"{base}/lab/tree/notebooks/{name}?reset&token={token}")  # no tabs of earlier tests
+    page.wait_for_function("() => window.jupyterapp?.shell.currentWidget?.context?.path === "
+                           f"'notebooks/{name}'", timeout=60_000)
+    wait_for(page, "app.shell.currentWidget.sessionContext.session?.kernel?.status === 'idle'", 60)
+    return page
+
+
+def close_notebook(page) -> None:
+    """Shut the notebook's kernel down (its engines are gone already: it ends with a teardown)."""
+    page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
+    page.close()
+
+
+def js(page, expression: str):
+    """Evaluate an expression in the page, with `app` bound to JupyterLab."""
+    return page.evaluate(f"() => {{ const app = window.jupyterapp; return {expression}; }}")
+
+
+def wait_for(page, expression: str, timeout: float) -> float:
+    """Wait until the expression is true in the page; the seconds it took."""
+    start = time.monotonic()
+    while not js(page, expression):
+        assert time.monotonic() - start < timeout, f"not true after {timeout} s: {expression}"
+        time.sleep(0.2)
+    return time.monotonic() - start
+
+
+MODEL = "app.shell.currentWidget.content.model"
+CELLS = f"Array.from({MODEL}.cells).filter(c => c.type === 'code')"
+OUTPUTS = (f"{CELLS}.map(c => Array.from({{length: c.outputs.length}}, (_, i) => "
+           "c.outputs.get(i).toJSON()))")
+
+
+def menu(page, *path: str) -> None:
+    """Click through JupyterLab's menu bar: menu(page, 'Run', 'Run All Cells')."""
+    page.locator(".lm-MenuBar-itemLabel", has_text=path[0]).first.click()
+    for item in path[1:]:
+        page.locator(".lm-Menu-itemLabel", has_text=item).first.click()
+
+
+def run_all(page, timeout: float) -> list[list[dict]]:
+    """Run All from the menu; wait until every code cell ran; the outputs of each cell."""
+    menu(page, "Run", "Run All Cells")
+    wait_for(page, f"{CELLS}.every(c => c.executionCount !== null) && "
+                   "app.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
+             timeout)
+    return js(page, OUTPUTS)
+
+
+def text_of(output: dict) -> str:
+    text = output.get("text") or output.get("data", {}).get("text/plain", "")
+    return "".join(text) if isinstance(text, list) else text
+
+
+def test_make_lab_opens_notebook_00_at_the_repository_root_without_popups(browser, lab):
+    url, token, _ = lab
+    assert url.endswith("/lab/tree/notebooks/00_cluster.ipynb"), url
+    with urllib.request.urlopen(f"{url.split('/lab')[0]}/api/contents/?token={token}") as r:
+        names = {item["name"] for item in json.load(r)["content"]}
+    assert {"README.md", "helpers", "notebooks"} <= names, names
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(f"{url}?token={token}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    time.sleep(3)  # a pop-up comes a moment after the page
+    assert page.locator("text=official Jupyter news").count() == 0, "the news pop-up is shown"
+    page.close()
+
+
+@pytest.mark.parametrize("name", RUN_ALL)
+def test_run_all_in_the_browser(browser, lab, name):
+    page = open_notebook(browser, lab, name)
+    outputs = run_all(page, timeout=600)
+    errors = [(i, text_of(o)[:300] or o.get("evalue")) for i, cell in enumerate(outputs)
+              for o in cell if o["output_type"] == "error"]
+    assert not errors, f"{name}: error outputs in code cells {errors}"
+    streams = "".join(text_of(o) for cell in outputs for o in cell)
+    assert "[stdout:0]" in streams or name >= "07", f"{name}: no output labelled by rank"
+    figures = sum("image/png" in o.get("data", {}) for cell in outputs for o in cell)
+    shown = page.locator(".jp-OutputArea-output img").count()
+    assert shown == figures, f"{name}: {figures} figures in the outputs, {shown} shown"
+    SHOTS.mkdir(exist_ok=True)
+    page.screenshot(path=SHOTS / f"{name.removesuffix('.ipynb')}.png")
+    if name.startswith("00"):
+        check_stop_button_and_shutdown(page, lab)
+        page.close()
+    else:
+        close_notebook(page)
+
+
+def add_cell(page, source: str) -> None:
+    """Append a code cell with source at the end of the notebook, and run it."""
+    js(page, f"(() => {{ const m = {MODEL}; "
+             f"m.sharedModel.insertCell(m.cells.length, {{cell_type: 'code', "
+             f"source: {json.dumps(source)}}}); "
+             "const nb = app.shell.currentWidget.content; "
+             "nb.activeCellIndex = m.cells.length - 1; return true; })()")
+    js(page, "(app.commands.execute('notebook:run-cell'), true)")  # do not await the run
+
+
+def check_stop_button_and_shutdown(page, lab) -> None:
+    """00 after Run All (which ends by stopping its cluster): with a cluster started again,
+    the toolbar's stop button ends a stuck %%px cell within seconds, the next %%px cell
+    answers, and shutting the kernel down leaves no engine or controller."""
+    add_cell(page, "cluster = start_cluster()")
+    wait_for(page, f"{CELLS}.at(-1).executionCount !== null && "
+                   "app.shell.currentWidget.sessionContext.session.kernel.status === 'idle'", 60)
+    add_cell(page, "%%px\nimport time\ntime.sleep(60)")
+    wait_for(page, "app.shell.currentWidget.sessionContext.session.kernel.status === 'busy'", 10)
+    time.sleep(2)
+    start = time.monotonic()
+    page.locator("jp-button[data-command='notebook:interrupt-kernel'], "
+                 "button[data-command='notebook:interrupt-kernel']").first.click()
+    wait_for(page, "app.shell.currentWidget.sessionContext.session.kernel.status === 'idle'", 20)
+    stopped = time.monotonic() - start
+    assert stopped < 10, f"the stop button took {stopped:.1f} s"
+    add_cell(page, "%%px\nprint('answering', rank)")
+    wait_for(page, f"{CELLS}.at(-1).outputs.length > 0 && "
+                   "app.shell.currentWidget.sessionContext.session.kernel.status === 'idle'", 30)
+    last = "".join(text_of(o) for o in js(page, OUTPUTS)[-1])
+    assert "answering 0" in last, f"the cell after the stop gave: {last[:300]}"
+
+    _, _, server = lab
+    kernels = [p for p in psutil.Process(server.pid).children()
+               if "ipykernel" in " ".join(p.cmdline())]
+    family = [q for k in kernels for q in [k, *k.children(recursive=True)]]
+    assert len(family) > len(kernels), "the kernel has no engines or controller"
+    menu(page, "Kernel", "Shut Down Kernel")
+    try:  # JupyterLab asks for confirmation
+        page.locator(".jp-Dialog .jp-mod-accept").click(timeout=5_000)
+    except PlaywrightTimeout:
+        pass
+    _, alive = psutil.wait_procs(family, timeout=10)
+    alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, (f"10 s after shutting the kernel down: {len(alive)} of its "
+                       f"{len(family)} processes alive (kernel: {kernels[0] in alive})")
