@@ -8,12 +8,28 @@ after run), and writes it back with its outputs and execution counts.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def clean(output: dict) -> None:
+    """What a reader of the stored notebook should not see: terminal colour codes (%px's
+    "Out[0:5]:" prefix is red in a terminal) and ipyparallel's record of each engine's
+    execution, which it attaches to every result it displays (ids, time stamps, the code)."""
+    if "engine_id" in output.get("metadata", {}):
+        output["metadata"] = {}
+    if "text" in output:
+        output["text"] = ANSI.sub("", output["text"])
+    for mime, value in output.get("data", {}).items():
+        if mime.startswith("text/") and isinstance(value, str):
+            output["data"][mime] = ANSI.sub("", value)
 
 
 def execute(path: Path, timeout: int = 300) -> float:
@@ -24,6 +40,8 @@ def execute(path: Path, timeout: int = 300) -> float:
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     for cell in nb.cells:  # no time stamps: a re-executed notebook differs only where it changed
         cell.metadata.pop("execution", None)
+        for output in cell.get("outputs", []):
+            clean(output)
     nbformat.write(nb, path)
     return time.perf_counter() - start
 

@@ -26,3 +26,12 @@ def test_environment_yml_matches_pyproject():
 def test_torch_is_pinned():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert any(d.startswith("torch==") for d in project["dependencies"])
+
+
+def test_every_sanitize_rule_is_read_by_nbval():
+    """nbval silently drops a rule it cannot parse (an empty `replace:` is one)."""
+    from nbval.plugin import get_sanitize_patterns
+
+    text = (Path(__file__).parent / "sanitize.cfg").read_text()
+    rules = [line for line in text.splitlines() if line.startswith("regex:")]
+    assert len(get_sanitize_patterns(text)) == len(rules)
