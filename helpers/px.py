@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import ipyparallel as ipp
@@ -199,8 +199,37 @@ def pull_cpu(view: ipp.DirectView, name: str) -> list[Any]:
     return view.apply_sync(to_cpu, ipp.Reference(name))
 
 
+@contextmanager
+def streamed_by_rank(result: Any, rank_of: dict[int, Any]) -> Iterator[None]:
+    """ipyparallel's live output, each piece labelled with its rank ([stdout:0]) instead of
+    its engine id, which changes at every restart. Its labels are fixed when streaming starts."""
+    with ExitStack() as stack:
+        engine_ids = result._targets
+        result._targets = [rank_of[e].rank for e in engine_ids]
+        try:
+            stack.enter_context(result.stream_output())
+        finally:
+            result._targets = engine_ids
+        yield
+
+
+@contextmanager
+def labelled_by_rank(result: Any, rank_of: dict[int, Any]) -> Iterator[None]:
+    """While a result's outputs are shown, label them with ranks, not engine ids."""
+    engine_ids = [md.get("engine_id") for md in result._metadata]
+    for md, eid in zip(result._metadata, engine_ids):
+        if eid in rank_of:
+            md["engine_id"] = rank_of[eid].rank
+    try:
+        yield
+    finally:
+        for md, eid in zip(result._metadata, engine_ids):
+            md["engine_id"] = eid
+
+
 class CourseMagics(ParallelMagics):
-    """ipyparallel's %px / %%px, with a bounded wait and failures reported by rank."""
+    """ipyparallel's %px / %%px, with a bounded wait, failures reported by rank, and every
+    output labelled with the rank that printed it."""
 
     def __init__(self, shell: Any, view: Any, cluster: Any):
         super().__init__(shell, view)
@@ -235,7 +264,7 @@ class CourseMagics(ParallelMagics):
         if save_name:
             self.shell.user_ns[save_name] = result
         try:
-            with result.stream_output() if stream else nullcontext():
+            with streamed_by_rank(result, rank_of) if stream else ExitStack():
                 wait_for_ranks(result, rank_of, self.cluster.cell_timeout,
                                where=self.cluster.where,
                                controller_gone=self.cluster.controller_gone)
@@ -252,4 +281,5 @@ class CourseMagics(ParallelMagics):
         finally:
             if not stream and result.ready():  # a rank still running has nothing to show yet
                 result.wait_for_output(1)
-                result.display_outputs(groupby)
+                with labelled_by_rank(result, rank_of):
+                    result.display_outputs(groupby)

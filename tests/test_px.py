@@ -3,8 +3,9 @@
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 
-from helpers.px import describe_failure, is_dead
+from helpers.px import describe_failure, is_dead, labelled_by_rank, streamed_by_rank
 
 
 def test_dead_rank_report_names_it_and_the_survivors_errors():
@@ -31,3 +32,33 @@ def test_is_dead_sees_exited_and_zombie_processes():
     os.waitid(os.P_PID, zombie.pid, os.WEXITED | os.WNOWAIT)  # exited, not yet reaped
     assert is_dead(zombie.pid)
     zombie.wait()
+
+
+class _Rank:
+    def __init__(self, rank: int):
+        self.rank = rank
+
+
+class _Result:
+    """The parts of an ipyparallel AsyncResult that the labels come from."""
+
+    def __init__(self, engine_ids: list[int]):
+        self._targets = list(engine_ids)
+        self._metadata = [{"engine_id": e} for e in engine_ids]
+        self.seen_when_streaming = None
+
+    @contextmanager
+    def stream_output(self):
+        self.seen_when_streaming = list(self._targets)  # ipyparallel fixes its labels here
+        yield
+
+
+def test_outputs_are_labelled_by_rank_after_a_restart_changed_the_engine_ids():
+    rank_of = {4: _Rank(0), 5: _Rank(1), 7: _Rank(2)}  # engines 4, 5 and 7 are ranks 0, 1, 2
+    result = _Result([4, 5, 7])
+    with labelled_by_rank(result, rank_of):
+        assert [md["engine_id"] for md in result._metadata] == [0, 1, 2]
+    assert [md["engine_id"] for md in result._metadata] == [4, 5, 7]  # restored
+    with streamed_by_rank(result, rank_of):
+        assert result._targets == [4, 5, 7]  # the bounded wait still sees engine ids
+    assert result.seen_when_streaming == [0, 1, 2]
