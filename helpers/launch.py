@@ -24,6 +24,7 @@ from typing import Any
 
 import psutil
 
+from helpers.text import live
 from helpers.topology import loopback_interface
 
 
@@ -95,11 +96,18 @@ def run_many(
                                   cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
                  for cmd, e, log in zip(cmds, envs, logs)]
         listening: list[set[str]] = [set() for _ in procs]
-        deadline = time.monotonic() + timeout
-        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        start = shown = time.monotonic()
+        deadline = start + timeout
+        while (running := sum(p.poll() is None for p in procs)) and time.monotonic() < deadline:
             for seen, proc in zip(listening, procs):
                 seen |= listening_addresses(proc.pid)
+            if live() and time.monotonic() - shown >= 0.5:  # a learner sees the job run;
+                shown = time.monotonic()                     # stored outputs stay the same
+                print(f"\r{running} of {len(procs)} command(s) running, {shown - start:4.0f} s",
+                      end="", flush=True)
             time.sleep(poll_s)
+        if live():
+            print("\r" + " " * 40 + "\r", end="", flush=True)
         results = []
         for proc, log, seen in zip(procs, logs, listening):
             timed_out = proc.poll() is None

@@ -2,11 +2,13 @@
 
 Used everywhere a helper reports something in words (introduced in notebook 00 with the
 cluster's table). Backends write long, multi-line errors; the course shows their first line.
+Long cells show a progress bar while a learner runs them, and nothing where outputs are stored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 
@@ -49,3 +51,27 @@ def format_bytes(nbytes: float) -> str:
 def format_seconds(seconds: float) -> str:
     """Seconds with one decimal, two below one second: '3.5 s', '0.06 s'."""
     return f"{seconds:.2f} s" if seconds < 1 else f"{seconds:.1f} s"
+
+
+def live() -> bool:
+    """True in a notebook a learner runs (make lab); False where outputs are stored or tested
+    (IPP_NONINTERACTIVE=1: make test, make outputs), which must read the same on every run."""
+    return not os.environ.get("IPP_NONINTERACTIVE")
+
+
+def progress_line(done: int, total: int, label: str, width: int = 24) -> str:
+    """`label [#########       ] 9/24`: one line, to be redrawn in place."""
+    filled = width * done // max(total, 1)
+    return f"{label} [{'#' * filled}{' ' * (width - filled)}] {done}/{total}"
+
+
+def progress(items: Sequence[Any], label: str, show: bool = True) -> Iterator[Any]:
+    """Yield items; in a live notebook, show a progress bar redrawn in place (notebooks 02 and
+    04: on rank 0 only, show=(rank == 0)). Prints nothing where outputs are stored."""
+    if not (show and live()):
+        yield from items
+        return
+    for done, item in enumerate(items):
+        print("\r" + progress_line(done, len(items), label), end="", flush=True)
+        yield item
+    print("\r" + progress_line(len(items), len(items), label), flush=True)

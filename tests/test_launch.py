@@ -108,3 +108,10 @@ def test_run_many_gives_each_command_its_own_environment():
     assert [r.output.strip() for r in runs] == ["a", "b"]
     with pytest.raises(ValueError, match="2 commands but 1 environments"):
         run_many([[sys.executable, "-c", show]] * 2, env=[{"WHO": "a"}])
+
+
+def test_a_live_notebook_sees_the_job_run_and_the_line_is_wiped(monkeypatch, capsys):
+    monkeypatch.delenv("IPP_NONINTERACTIVE", raising=False)
+    run_many([[sys.executable, "-c", "import time; time.sleep(1.2)"]], timeout=30)
+    out = capsys.readouterr().out
+    assert "1 of 1 command(s) running" in out and out.endswith("\r" + " " * 40 + "\r")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ipyparallel.error import RemoteError
 
-from helpers.text import first_line, format_bytes, format_seconds, table
+from helpers.text import first_line, format_bytes, format_seconds, progress, progress_line, table
 
 
 def test_first_line_of_errors_and_texts():
@@ -28,3 +28,22 @@ def test_table_aligns_columns_and_right_aligns_on_request():
 def test_bytes_and_seconds_for_people():
     assert [format_bytes(b) for b in (8, 1536, 16 * 2**20)] == ["8 B", "1.5 KiB", "16 MiB"]
     assert format_seconds(3.52) == "3.5 s" and format_seconds(0.061) == "0.06 s"
+
+
+def test_progress_is_silent_where_outputs_are_stored(monkeypatch, capsys):
+    monkeypatch.setenv("IPP_NONINTERACTIVE", "1")
+    assert list(progress([1, 2, 3], "steps")) == [1, 2, 3]
+    assert capsys.readouterr().out == ""
+
+
+def test_progress_redraws_one_line_in_a_live_notebook(monkeypatch, capsys):
+    monkeypatch.delenv("IPP_NONINTERACTIVE", raising=False)
+    assert list(progress([1, 2], "sizes")) == [1, 2]
+    out = capsys.readouterr().out
+    assert out.count("\r") == 3 and out.endswith("sizes [" + "#" * 24 + "] 2/2\n")
+    assert list(progress([1], "other ranks", show=False)) == [1]
+    assert capsys.readouterr().out == ""
+
+
+def test_progress_line():
+    assert progress_line(1, 4, "x", width=8) == "x [##      ] 1/4"
