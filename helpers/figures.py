@@ -40,6 +40,7 @@ def crisp_in_notebooks() -> None:
 crisp_in_notebooks()
 Row = torch.Tensor | Sequence[torch.Tensor] | None
 CELL, GAP = 0.5, 0.12  # inches per cell, and between groups of cells
+MAX_WIDTH = 9.0  # inches: 900 pixels, the width of a notebook's output area (JupyterLab, GitHub)
 
 
 def _groups(row: Row) -> list[list[float]]:
@@ -56,7 +57,8 @@ def _label(value: float) -> str:
 
 
 def _draw_panel(
-    ax: Any, rows: Sequence[Row], title: str, norm: Normalize, width: float, labels: bool
+    ax: Any, rows: Sequence[Row], title: str, norm: Normalize, width: float, labels: bool,
+    fontsize: float = 8,
 ) -> None:
     """One panel: a row of coloured, labelled cells per rank (rank labels if `labels`)."""
     cmap = plt.get_cmap("viridis")
@@ -70,7 +72,7 @@ def _draw_panel(
                 colour = cmap(norm(value))
                 ax.add_patch(Rectangle((x, r - 0.45), 1, 0.9, facecolor=colour, edgecolor="white"))
                 light = sum(colour[:3]) > 1.5
-                ax.text(x + 0.5, r, _label(value), ha="center", va="center", fontsize=8,
+                ax.text(x + 0.5, r, _label(value), ha="center", va="center", fontsize=fontsize,
                         color="black" if light else "white")
                 x += 1
             x += GAP / CELL
@@ -108,12 +110,15 @@ def draw_ranks(panels: Mapping[str, Sequence[Row]], title: str = "") -> Figure:
     widths = [max([_row_width(row) for row in rows] + [2.0, 0.15 * len(name)])
               for name, rows in panels.items()]
     n = n_ranks.pop()
+    margins = 0.4 * len(panels) + 0.8
+    # many cells: narrower ones, so that the figure is shown at full size, its text readable
+    cell = min(CELL, (MAX_WIDTH - margins) / sum(widths))
     fig, axes = plt.subplots(
         1, len(panels), squeeze=False, dpi=DPI, width_ratios=widths,
-        figsize=(CELL * sum(widths) + 0.4 * len(panels) + 0.8, 0.4 * n + 0.7),
+        figsize=(cell * sum(widths) + margins, 0.4 * n + 0.7),
     )
     for i, (ax, (name, rows), width) in enumerate(zip(axes[0], panels.items(), widths)):
-        _draw_panel(ax, rows, name, norm, width, labels=i == 0)
+        _draw_panel(ax, rows, name, norm, width, labels=i == 0, fontsize=8 if cell > 0.38 else 7)
     if title:
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()
@@ -249,8 +254,8 @@ def plot_calls(traces: Any, last: int = 12, ax: Any = None) -> Figure:
     selected = rows(traces)[-last:]
     ranks = sorted(traces)
     if ax is None:
-        _, ax = plt.subplots(figsize=(min(10, 1.2 + 1.1 * len(selected)), 0.9 + 0.45 * len(ranks)),
-                             dpi=DPI)
+        size = (min(MAX_WIDTH, 1.2 + 1.1 * len(selected)), 0.9 + 0.45 * len(ranks))
+        _, ax = plt.subplots(figsize=size, dpi=DPI)
     ops = sorted({e["op"] for row in selected for e in row.cells.values() if e})
     colors = {op: plt.get_cmap("tab10")(i % 10) for i, op in enumerate(ops)}
     for x, row in enumerate(selected):

@@ -137,3 +137,16 @@ def test_plot_timings_two_bars_per_fault_and_the_timeout():
              "dead engine": (2.1, 11.5, "restart")}
     fig = plot_timings(times, timeout=5)
     assert len(fig.axes[0].patches) == 4 and fig.dpi == DPI
+
+
+def test_a_wide_picture_of_ranks_fits_the_notebooks_width():
+    import torch
+
+    from helpers.figures import MAX_WIDTH, draw_ranks
+
+    rows = [torch.arange(8.0) + r for r in range(4)]
+    fig = draw_ranks({"input": rows, "after one phase": rows, "after the other": rows})
+    width = fig.get_size_inches()[0]
+    assert width <= MAX_WIDTH + 1e-6, f"{width:.2f} in wide"
+    small = draw_ranks({"before": [torch.ones(2)] * 2})
+    assert small.get_size_inches()[0] < MAX_WIDTH / 2  # few cells: drawn at the usual size
