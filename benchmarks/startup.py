@@ -5,7 +5,7 @@ Run: .venv/bin/python benchmarks/startup.py [N]
   - start_cluster(): from nothing to N ranks in a process group, plus one all_reduce, in a
     process that has imported torch already (as every notebook's setup cell has);
   - torchrun: N processes, gloo, one all_reduce, exit; its rendezvous and the process group
-    meet through files (as in notebook 04), so nothing listens beyond the loopback interface;
+    meet through files, so nothing listens beyond the loopback interface;
   - cluster.form_group(): a new process group on warm engines, plus one all_reduce;
   - cluster.restart(): fresh engines and a new process group, plus one all_reduce;
   - cluster.stop(): until every process of the cluster is gone.
