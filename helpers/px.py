@@ -227,6 +227,9 @@ def labelled_by_rank(result: Any, rank_of: dict[int, Any]) -> Iterator[None]:
             md["engine_id"] = eid
 
 
+OUTPUT_WAIT = 5.0  # seconds to wait for the output of ranks that have answered (rarely > 0.1)
+
+
 class CourseMagics(ParallelMagics):
     """ipyparallel's %px / %%px, with a bounded wait, failures reported by rank, and every
     output labelled with the rank that printed it."""
@@ -268,7 +271,9 @@ class CourseMagics(ParallelMagics):
                 wait_for_ranks(result, rank_of, self.cluster.cell_timeout,
                                where=self.cluster.where,
                                controller_gone=self.cluster.controller_gone)
-                result.wait_for_output(1)
+                # every rank has answered; its output may still be on the way (once a rank
+                # was interrupted, a second or more): streaming ends when this returns
+                result.wait_for_output(OUTPUT_WAIT)
                 try:
                     result.get(0)
                 except ipp_error.CompositeError as e:
@@ -280,6 +285,6 @@ class CourseMagics(ParallelMagics):
             self.cluster.signal(signal, [r.rank for r in ranks])
         finally:
             if not stream and result.ready():  # a rank still running has nothing to show yet
-                result.wait_for_output(1)
+                result.wait_for_output(OUTPUT_WAIT)
                 with labelled_by_rank(result, rank_of):
                     result.display_outputs(groupby)

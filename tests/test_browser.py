@@ -217,7 +217,8 @@ def check_stop_button_and_shutdown(page, lab) -> None:
                        "".join(text_of(o) for o in js(page, OUTPUTS)[-1])]) and \
             time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not missing, f"ranks {missing} did not answer the cell after the stop"
+    assert not missing, (f"ranks {missing} did not answer the cell after the stop: "
+                         f"{js(page, OUTPUTS)[-1]}")
 
     _, _, server = lab
     kernels = [p for p in psutil.Process(server.pid).children()
