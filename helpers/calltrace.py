@@ -10,6 +10,10 @@ collective of a group must be the same operation on every rank); a point-to-poin
 the number of collectives before it. ``fetch(cluster)`` pulls every rank's entries into the
 notebook; ``helpers.calltable`` lines them up.
 
+A point-to-point call whose peer is not a rank of its group (``dst=world_size``, a ring that
+forgot its ``% world_size``) is refused with a ValueError that names the rank and the peer: gloo
+does not check it, and such a call hangs or crashes the engine.
+
 Calls made inside a recorded call (``batch_isend_irecv`` calling ``isend``, for example) are not
 recorded again. Code that captured a function before ``install()`` ran keeps the original.
 """
@@ -136,6 +140,9 @@ def _wrap(name: str, fn: Callable) -> Callable:
             entry = None
         if entry is None:
             return fn(*args, **kwargs)
+        if problem := entry.pop("problem"):  # refused before gloo: it would hang or crash
+            entry.update(state="failed", error=problem, seconds=0.0)
+            raise ValueError(problem)
         _local.inside = True
         start = time.perf_counter()
         try:
@@ -178,6 +185,7 @@ def _entry(name: str, signature: inspect.Signature, args: tuple, kwargs: dict
         "shapes": shapes, "dtype": dtype, "peer": peer, "parts": parts,
         "async": bool(arguments.get("async_op")) or name in ("isend", "irecv", "batch_isend_irecv"),
         "state": "running", "error": None, "start": time.time(), "seconds": None,
+        "problem": _peer_problem(name, arguments, ranks) if kind == "p2p" else None,
     }
     _calls.append(entry)
     return entry
@@ -234,6 +242,21 @@ def _peer(arguments: dict[str, Any], ranks: tuple[int, ...]) -> int | None:
         if value is not None:
             return ranks[value] if key.startswith("group_") and value < len(ranks) else value
     return None
+
+
+def _peer_problem(name: str, arguments: dict[str, Any], ranks: tuple[int, ...]) -> str | None:
+    """Why the call's peer (or a peer in its batch) is not a rank of its group, if it is not."""
+    bad = [v for key in PEER_ARGS if (v := arguments.get(key)) is not None
+           and not (0 <= v < len(ranks) if key.startswith("group_") else v in ranks)]
+    bad += [op.peer for op in arguments.get("p2p_op_list") or () if op.peer not in ranks]
+    if not bad:
+        return None
+    import torch.distributed as dist
+
+    members = f"0..{len(ranks) - 1}" if ranks == tuple(range(len(ranks))) else list(ranks)
+    way = "to" if name in SENDS else "with" if name == "batch_isend_irecv" else "from"
+    return (f"rank {dist.get_rank()}: {name} {way} rank {bad[0]}, which is not a rank of the "
+            f"group (its ranks are {members}): check how the peer is computed")
 
 
 def _parts(p2p_ops: Any) -> tuple[tuple[str, int, tuple], ...]:

@@ -81,6 +81,25 @@ def test_a_failing_call_is_recorded_as_failed_and_still_raises(group_of_one):
     assert len(calltrace.records()) == 2
 
 
+@pytest.mark.parametrize("call", [
+    lambda t, g: dist.send(t, dst=1),
+    lambda t, g: dist.isend(t, dst=1),
+    lambda t, g: dist.irecv(t, src=-1),
+    lambda t, g: dist.recv(t, group_src=1, group=g),
+    lambda t, g: dist.batch_isend_irecv([dist.P2POp(dist.isend, t, 1)]),
+], ids=["send", "isend", "irecv", "recv on a group", "batch"])
+def test_a_peer_outside_the_group_is_refused_before_gloo_sees_it(group_of_one, call):
+    """gloo does not check a point-to-point peer: dst=world_size hangs or crashes the process
+    (a segfault, seen under the exercise checkers). The record refuses it first."""
+    with pytest.raises(ValueError, match=r"rank 0: \w+ (to|from|with) rank -?1, which is not a "
+                       r"rank of the group \(its ranks are 0..0\): check how the peer is computed"):
+        call(torch.ones(2), dist.new_group([0]))
+    assert calltrace.records()[-1]["state"] == "failed"
+    t = torch.ones(2)  # the process still communicates
+    dist.all_reduce(t)
+    assert t.tolist() == [1.0, 1.0]
+
+
 def test_async_calls_and_subgroups_have_their_own_counters(group_of_one):
     dist.all_reduce(torch.ones(1), async_op=True).wait()
     sub = dist.new_group([0])

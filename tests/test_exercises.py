@@ -36,7 +36,8 @@ PLANTED = [(name, *planted[:3], planted[3] if len(planted) > 3 else 3)
                          ids=[f"{n}: {w} ({size} ranks)" for n, w, _, _, size in PLANTED])
 def test_a_wrong_answer_is_caught_and_explained(request, name, what, source, piece, size):
     cluster = request.getfixturevalue(f"cluster{size}")
-    cluster.px(source)
+    cluster.px(RIGHT[name])  # its imports, as a learner's earlier cells would have made them,
+    cluster.px(source)       # so that this test does not lean on an earlier one's
     with pytest.raises(AssertionError) as err:
         checks.check(cluster, dataclasses.replace(EXERCISES[name], timeout=QUICK), seed=SEED)
     assert piece in str(err.value), f"{what}: {err.value}"
