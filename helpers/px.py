@@ -202,15 +202,47 @@ def pull_cpu(view: ipp.DirectView, name: str) -> list[Any]:
 @contextmanager
 def streamed_by_rank(result: Any, rank_of: dict[int, Any]) -> Iterator[None]:
     """ipyparallel's live output, each piece labelled with its rank ([stdout:0]) instead of
-    its engine id, which changes at every restart. Its labels are fixed when streaming starts."""
+    its engine id, which changes at every restart. Its labels are fixed when streaming starts.
+
+    In a kernel, ipyparallel shows each rank's stream as one display that it updates. Two of
+    its gaps are closed here, so that no rank's output goes missing from the live view:
+    output that arrived before streaming began is shown under the rank's own display (not one
+    display shared by every such rank, each replacing the last), and when streaming ends every
+    rank's display is brought up to date with all the output received (a message that arrived
+    while streaming was being set up could otherwise be lost)."""
+    engine_ids = result._targets
+    labels = [rank_of[e].rank for e in engine_ids]
+    original = result._iopub_streaming_output_callback
+
+    def show(label: Any, msg_future: Any, msg: dict[str, Any]) -> None:
+        if not msg.get("parent_header"):  # output captured before streaming: name its request
+            msg = {**msg, "parent_header": {"msg_id": msg_future.msg_id}}
+        original(label, msg_future, msg)
+
     with ExitStack() as stack:
-        engine_ids = result._targets
-        result._targets = [rank_of[e].rank for e in engine_ids]
+        result._iopub_streaming_output_callback = show
+        result._targets = labels
         try:
             stack.enter_context(result.stream_output())
         finally:
             result._targets = engine_ids
-        yield
+            del result._iopub_streaming_output_callback
+        try:
+            yield
+        finally:
+            shell = _ipython()
+            if shell is not None and getattr(shell, "kernel", None) is not None:
+                for label, msg_future in zip(labels, result._children):
+                    for name in ("stdout", "stderr"):
+                        if msg_future.output.metadata[name]:  # the whole stream, shown again
+                            show(label, msg_future, {"header": {"msg_type": "stream"},
+                                                     "content": {"name": name, "text": ""}})
+
+
+def _ipython() -> Any:
+    from IPython import get_ipython
+
+    return get_ipython()
 
 
 @contextmanager

@@ -1,4 +1,5 @@
-"""Failure reports name ranks and say what to do (pure parts of helpers.px)."""
+"""Failure reports name ranks and say what to do (pure parts of helpers.px); live output
+labelled by rank, none of it lost, on a real cluster."""
 
 import os
 import subprocess
@@ -45,7 +46,11 @@ class _Result:
     def __init__(self, engine_ids: list[int]):
         self._targets = list(engine_ids)
         self._metadata = [{"engine_id": e} for e in engine_ids]
+        self._children = []
         self.seen_when_streaming = None
+
+    def _iopub_streaming_output_callback(self, eid, msg_future, msg):
+        pass
 
     @contextmanager
     def stream_output(self):
@@ -62,3 +67,26 @@ def test_outputs_are_labelled_by_rank_after_a_restart_changed_the_engine_ids():
     with streamed_by_rank(result, rank_of):
         assert result._targets == [4, 5, 7]  # the bounded wait still sees engine ids
     assert result.seen_when_streaming == [0, 1, 2]
+
+
+def test_live_output_that_came_before_streaming_keeps_one_display_per_rank(cluster3, monkeypatch):
+    """Output that reached the notebook before streaming began: ipyparallel would show it
+    under one display id shared by every rank ("-stdout"), each rank's text replacing the last
+    one's, so that only one rank's output stays visible. Each rank keeps its own here."""
+    from ipyparallel.client import asyncresult
+
+    shown: dict[str, str] = {}  # display id -> what the page shows there now
+    monkeypatch.setattr(asyncresult, "get_ipython", lambda: type("Shell", (), {"kernel": 1}))
+    monkeypatch.setattr("helpers.px._ipython", lambda: type("Shell", (), {"kernel": 1}))
+    monkeypatch.setattr(asyncresult, "publish_display_data",
+                        lambda data, transient, update: shown.__setitem__(
+                            transient["display_id"], data["text/plain"]))
+    rank_of = {r.engine_id: r for r in cluster3.ranks}
+    result = cluster3.view.execute("print('hello from', rank)", block=False)
+    result.get(30)
+    assert result.wait_for_output(10), "the ranks' output did not arrive"
+    with streamed_by_rank(result, rank_of):
+        pass
+    texts = sorted(shown.values())
+    assert texts == [f"[stdout:{r}] hello from {r}\n" for r in range(3)], texts
+    assert "-stdout" not in shown, "a display shared by every rank"
