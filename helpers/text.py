@@ -66,12 +66,16 @@ def progress_line(done: int, total: int, label: str, width: int = 24) -> str:
 
 
 def progress(items: Sequence[Any], label: str, show: bool = True) -> Iterator[Any]:
-    """Yield items; in a live notebook, show a progress bar redrawn in place (notebooks 02 and
-    04: on rank 0 only, show=(rank == 0)). Prints nothing where outputs are stored."""
+    """Yield items; in a live notebook, show a progress bar redrawn in place (notebooks 02, 03
+    and 04: on rank 0 only, show=(rank == 0)). Prints nothing where outputs are stored. The bar
+    is redrawn only when it grows, so a loop of many short steps prints a few dozen times."""
     if not (show and live()):
         yield from items
         return
+    drawn = None
     for done, item in enumerate(items):
-        print("\r" + progress_line(done, len(items), label), end="", flush=True)
+        if (line := progress_line(done, len(items), label)).split("]")[0] != drawn:
+            drawn = line.split("]")[0]
+            print("\r" + line, end="", flush=True)
         yield item
     print("\r" + progress_line(len(items), len(items), label), flush=True)

@@ -45,5 +45,14 @@ def test_progress_redraws_one_line_in_a_live_notebook(monkeypatch, capsys):
     assert capsys.readouterr().out == ""
 
 
+def test_progress_of_many_short_steps_redraws_only_when_the_bar_grows(monkeypatch, capsys):
+    monkeypatch.delenv("IPP_NONINTERACTIVE", raising=False)
+    assert list(progress(range(1000), "steps")) == list(range(1000))
+    draws = capsys.readouterr().out.split("\r")[1:]
+    assert len(draws) == 1 + 23 + 1  # the empty bar, marks 1..23 as they come, the full bar
+    assert draws[0].startswith("steps [" + " " * 24 + "] 0/1000")
+    assert draws[-1] == "steps [" + "#" * 24 + "] 1000/1000\n"
+
+
 def test_progress_line():
     assert progress_line(1, 4, "x", width=8) == "x [##      ] 1/4"
