@@ -1,7 +1,9 @@
 """Start, re-form, restart and stop the course's cluster: one torch.distributed rank per engine.
 
 Introduced in notebook 00. ``start_cluster()`` starts a local ipyparallel controller and
-one engine per rank, forms a process group across the engines and activates ``%px``.
+one engine per rank, forms a process group across the engines and activates ``%px``. The
+engines are forked from a process that has already imported torch (``launcher="local"``, the
+default), or started by ``mpiexec`` (``launcher="mpi"`` or ``COURSE_LAUNCHER=mpi``).
 Every process it starts is also handed to a guard process (``helpers.watchdog``), so the
 cluster ends with its notebook even when the kernel is killed.
 """
@@ -9,6 +11,8 @@ cluster ends with its notebook even when the kernel is killed.
 from __future__ import annotations
 
 import atexit
+import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -30,9 +34,11 @@ from .forkserver import ForkServer, ForkServerError
 from .text import first_line, table
 from .topology import (
     choose_backend,
+    choose_launcher,
     device_for,
     local_ranks,
     loopback_interface,
+    mpi_arguments,
     require_ranks,
     resolve_world_size,
     threads_per_rank,
@@ -91,8 +97,8 @@ class Cluster:
     """A running course cluster; also a context manager that stops it on exit."""
 
     def __init__(self, world_size: int, backend: str, *, timeout: float, start_timeout: float,
-                 cell_timeout: float):
-        self.world_size, self.backend = world_size, backend
+                 cell_timeout: float, launcher: str = "local"):
+        self.world_size, self.backend, self.launcher = world_size, backend, launcher
         self.timeout, self.start_timeout, self.cell_timeout = timeout, start_timeout, cell_timeout
         self.threads = threads_per_rank(os.cpu_count() or 1, world_size)
         self.ranks: list[RankInfo] = []
@@ -102,6 +108,7 @@ class Cluster:
         self._ipp: ipp.Cluster | None = None
         self._forkserver: ForkServer | None = None
         self._controller_pids: list[int] = []
+        self._mpiexec: list[psutil.Process] = []  # launcher="mpi": the mpiexec of each start
         self._starts = 0  # engine start-ups so far (each gets its own log files)
         self._guard: subprocess.Popen | None = None
         self._activate = False
@@ -116,17 +123,59 @@ class Cluster:
             stdin=subprocess.PIPE, text=True, start_new_session=True,
         )
         atexit.register(self.stop)
-        self._forkserver = self._new_forkserver()  # its imports overlap the controller's start
+        if self.launcher == "local":
+            self._forkserver = self._new_forkserver()  # its imports overlap the controller's
         self._start_controller()
         self._start_engines()
         self.form_group()
         return self
 
-    def _new_forkserver(self) -> ForkServer:
-        """A fork server with the engines' environment: thread limits, the cluster's tag."""
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **{MARKER: str(self.dir)})
+    def _engine_env(self) -> dict[str, str]:
+        """What the engines' environment adds: thread limits and the cluster's tag."""
+        env = {"PYTHONUNBUFFERED": "1", MARKER: str(self.dir)}
         env.update({k: str(self.threads) for k in THREAD_VARIABLES})
-        return ForkServer(env, self.dir / "forkserver.log")
+        return env
+
+    def _new_forkserver(self) -> ForkServer:
+        """A fork server with the engines' environment."""
+        return ForkServer(dict(os.environ, **self._engine_env()), self.dir / "forkserver.log")
+
+    def _start_mpi_engines(self, logs: list[Path]) -> list[int]:
+        """Start world_size engines with one mpiexec; the pid of mpiexec (in a list).
+
+        Open MPI's mpiexec listens on every interface it can see, and has no switch to bind
+        to one address. So it runs in a network namespace of its own (unshare: root, or a
+        user namespace elsewhere), whose only interface is that namespace's loopback; its
+        engines reach the controller through Unix sockets in the cluster's directory."""
+        mpiexec, unshare, ip = (shutil.which(cmd) for cmd in ("mpiexec", "unshare", "ip"))
+        if mpiexec is None:
+            raise ClusterError("launcher 'mpi' needs mpiexec on PATH (Debian: apt-get install "
+                               "openmpi-bin; on a cluster, load the site's MPI module), or use "
+                               "COURSE_LAUNCHER=local")
+        if importlib.util.find_spec("mpi4py") is None:
+            raise ClusterError("launcher 'mpi' needs mpi4py in the engines' Python (pip install "
+                               "-e '.[mpi]', or make install); or use COURSE_LAUNCHER=local")
+        if unshare is None or ip is None:
+            raise ClusterError("launcher 'mpi' runs mpiexec in a network namespace of its own "
+                               "and needs unshare and ip (Debian: util-linux and iproute2); "
+                               "or use COURSE_LAUNCHER=local")
+        version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True,
+                                 timeout=30).stdout
+        env = dict(self._engine_env(), OMPI_MCA_btl="self,vader",  # ranks: shared memory
+                   GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo",
+                   # inside the namespace everyone is root: Open MPI must be told it may run
+                   OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        namespace = [unshare, *own_network(os.geteuid()), "--kill-child", "sh", "-c",
+                     f'{ip} link set lo up && exec "$0" "$@"', mpiexec]
+        self._link_engine_sockets()
+        self._ipp.engine_launcher_class = "mpi"
+        set_id = self._ipp.start_engines_sync(
+            self.world_size, engine_args=self._engine_argv(), environment=env,
+            mpi_cmd=namespace, mpi_args=mpi_arguments(version, as_root=True),
+            output_file=str(logs[0]))
+        pid = self._ipp.engines[set_id].pid
+        self._mpiexec.append(psutil.Process(pid))
+        return [pid]
 
     def _start_controller(self) -> None:
         """Start the ipyparallel controller on loopback and connect this kernel's client."""
@@ -136,12 +185,39 @@ class Cluster:
             # the hub accepts an engine at its first heartbeat, so beat often (every 0.1 s);
             # an engine is declared dead after 100 missed beats (10 s), as with the defaults
             controller_args=["--HeartMonitor.period=100", "--log-level=WARN",
-                             "--HeartMonitor.max_heartmonitor_misses=100"],
+                             "--HeartMonitor.max_heartmonitor_misses=100",
+                             *self._engine_transport()],
         )
         self._ipp.start_controller_sync(environment={MARKER: str(self.dir)})
         self.client = self._ipp.connect_client_sync()
         hub = psutil.Process(self._ipp.controller.pid)  # the hub, and its schedulers (children)
         self._controller_pids = [hub.pid] + [p.pid for p in hub.children(recursive=True)]
+
+    def _link_engine_sockets(self) -> None:
+        """ipyparallel's controller binds its Unix sockets as engine-PORT, and its engines
+        connect to engine:PORT; a link under the second name for each makes them meet."""
+        files = list((self.dir / "profile" / "security").glob("ipcontroller-*-engine.json"))
+        info = json.loads(files[0].read_text())
+        ports = [v for k, v in info.items() if isinstance(v, int) and k != "key"]
+        ports += [p for v in info.values() if isinstance(v, list) for p in v]
+        deadline = time.monotonic() + self.start_timeout
+        for port in ports:
+            bound, link = self.dir / f"engine-{port}", self.dir / f"engine:{port}"
+            while not bound.exists():
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"the controller did not open {bound} within "
+                                       f"{self.start_timeout:g} s.\n{START_ADVICE}")
+                time.sleep(0.01)
+            if not link.is_symlink():
+                link.symlink_to(bound.name)
+
+    def _engine_transport(self) -> list[str]:
+        """Where engines connect: loopback TCP, or (launcher 'mpi', whose engines live in a
+        network namespace of their own) Unix sockets in the cluster's directory."""
+        if self.launcher != "mpi":
+            return []
+        return ["--IPController.engine_transport=ipc",
+                f"--IPController.engine_ip={self.dir / 'engine'}"]
 
     def controller_gone(self) -> bool:
         """True if a process of the controller (the hub or a scheduler) has exited: then no
@@ -153,17 +229,21 @@ class Cluster:
         old = set(self.client.ids)
         self._starts += 1
         logs = [self.dir / f"engine-{self._starts}-{i}.log" for i in range(self.world_size)]
-        if not self._forkserver.alive():
-            self._forkserver = self._new_forkserver()
         deadline = time.monotonic() + self.start_timeout
-        try:
-            pids = self._forkserver.fork(
-                [{"argv": self._engine_argv(), "log": str(log)} for log in logs],
-                self.start_timeout)
-        except ForkServerError as e:
-            raise ClusterError(
-                f"only 0 of {self.world_size} engines registered within {self.start_timeout:g} s:"
-                f" {e}.\n{START_ADVICE}") from e
+        if self.launcher == "mpi":
+            logs = logs[:1]  # one mpiexec, one log
+            pids = self._start_mpi_engines(logs)
+        else:
+            if not self._forkserver.alive():
+                self._forkserver = self._new_forkserver()
+            try:
+                pids = self._forkserver.fork(
+                    [{"argv": self._engine_argv(), "log": str(log)} for log in logs],
+                    self.start_timeout)
+            except ForkServerError as e:
+                raise ClusterError(
+                    f"only 0 of {self.world_size} engines registered within "
+                    f"{self.start_timeout:g} s: {e}.\n{START_ADVICE}") from e
         while len(new := set(self.client.ids) - old) < self.world_size:
             dead = [pid for pid in pids if px.is_dead(pid)]
             if dead or time.monotonic() > deadline:
@@ -356,6 +436,8 @@ class Cluster:
             except psutil.Error:
                 pass
         end_processes(procs, grace_s=grace)
+        end_processes(self._mpiexec, grace_s=max(grace, 1.0))  # it ends when its engines do
+        self._mpiexec = []
 
     def _wait_gone(self, pids: list[int | None], timeout: float = 10.0) -> None:
         """Wait until the given processes (of this cluster) have exited."""
@@ -389,6 +471,12 @@ class Cluster:
         self.stop()
 
 
+def own_network(euid: int) -> list[str]:
+    """unshare's switches for a network namespace of one's own: root needs only --net; any
+    other user first enters a user namespace in which it is root."""
+    return ["--net"] if euid == 0 else ["--user", "--map-root-user", "--net"]
+
+
 def start_cluster(
     n: int | None = None,
     backend: str | None = None,
@@ -398,6 +486,7 @@ def start_cluster(
     cell_timeout: float = 120.0,
     min_ranks: int = 1,
     activate: bool = True,
+    launcher: str | None = None,
 ) -> Cluster:
     """Start the course cluster (replacing one this kernel already runs) and activate %px.
 
@@ -407,6 +496,8 @@ def start_cluster(
     start_timeout: seconds the engines may take to start and register.
     cell_timeout: seconds a %%px cell may wait for the ranks before it reports who is missing.
     min_ranks: the fewest ranks the notebook's lesson makes sense with (checked before starting).
+    launcher: 'local' (engines forked on this machine) or 'mpi' (started by mpiexec); default
+    $COURSE_LAUNCHER, else 'local'.
     """
     global _current
     if _current is not None:
@@ -415,7 +506,7 @@ def start_cluster(
     world_size = require_ranks(resolve_world_size(n, n_gpus), min_ranks)
     chosen = choose_backend(world_size, n_gpus, backend)
     cluster = Cluster(world_size, chosen, timeout=timeout, start_timeout=start_timeout,
-                      cell_timeout=cell_timeout)
+                      cell_timeout=cell_timeout, launcher=choose_launcher(launcher))
     try:
         cluster.start(activate=activate)
     except BaseException:

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 DEFAULT_CPU_RANKS = 4
 BACKENDS = ("gloo", "nccl")
+LAUNCHERS = ("local", "mpi")  # how the engines start: forked here, or by mpiexec
 
 
 class ClusterConfigError(ValueError):
@@ -55,6 +56,30 @@ def resolve_world_size(n: int | None, n_gpus: int, env: Mapping[str, str] | None
     if env.get("COURSE_WORLD_SIZE", "").strip():
         return parse_world_size(env["COURSE_WORLD_SIZE"], "COURSE_WORLD_SIZE")
     return default_world_size(n_gpus)
+
+
+def choose_launcher(launcher: str | None, env: Mapping[str, str] | None = None) -> str:
+    """How the engines start: the argument, else $COURSE_LAUNCHER, else 'local'."""
+    env = os.environ if env is None else env
+    source = "launcher" if launcher is not None else "COURSE_LAUNCHER"
+    value = (launcher if launcher is not None else env.get("COURSE_LAUNCHER", "")).strip().lower()
+    if not value:
+        return "local"
+    if value not in LAUNCHERS:
+        hint = (" (engines as a Slurm job are not part of the course yet: start the notebook "
+                "inside an allocation, salloc -N1, and use local or mpi)" if value == "slurm"
+                else "")
+        raise ClusterConfigError(f"{source}={value!r} is not a launcher the course knows; use "
+                                 f"one of {', '.join(LAUNCHERS)}{hint}")
+    return value
+
+
+def mpi_arguments(version_text: str, as_root: bool) -> list[str]:
+    """mpiexec's extra arguments for the course's engines, from `mpiexec --version`: Open MPI
+    must be allowed more processes than cores (--oversubscribe) and, as root, to run at all."""
+    if "open mpi" not in version_text.lower() and "openrte" not in version_text.lower():
+        return []  # MPICH and others: no such switches needed
+    return ["--oversubscribe"] + (["--allow-run-as-root"] if as_root else [])
 
 
 def choose_backend(

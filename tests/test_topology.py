@@ -6,11 +6,13 @@ from helpers.topology import (
     ClusterConfigError,
     backend_for,
     choose_backend,
+    choose_launcher,
     default_world_size,
     device_for,
     group_backend,
     local_ranks,
     loopback_interface,
+    mpi_arguments,
     require_ranks,
     resolve_world_size,
     second_gpu,
@@ -114,3 +116,21 @@ def test_a_second_gpu_only_with_two_gpus_per_rank():
     assert second_gpu(0, 2, 4) == "cuda:2" and second_gpu(0, 4, 0) is None  # CPU ranks
     with pytest.raises(ClusterConfigError, match="not among"):
         second_gpu(4, 4, 8)
+
+
+def test_the_launcher_comes_from_the_argument_then_the_environment_then_local():
+    assert choose_launcher(None, {}) == "local"
+    assert choose_launcher(None, {"COURSE_LAUNCHER": " MPI "}) == "mpi"
+    assert choose_launcher("local", {"COURSE_LAUNCHER": "mpi"}) == "local"
+    with pytest.raises(ClusterConfigError, match=r"COURSE_LAUNCHER='pbs' is not a launcher .* "
+                                                 r"local, mpi$"):
+        choose_launcher(None, {"COURSE_LAUNCHER": "pbs"})
+    with pytest.raises(ClusterConfigError, match=r"launcher='slurm' .*not part of the course yet"):
+        choose_launcher("slurm", {})
+
+
+def test_mpiexec_switches_depend_on_which_mpi():
+    open_mpi = "mpiexec (OpenRTE) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/"
+    assert mpi_arguments(open_mpi, as_root=True) == ["--oversubscribe", "--allow-run-as-root"]
+    assert mpi_arguments("mpiexec (Open MPI) 5.0.3", as_root=False) == ["--oversubscribe"]
+    assert mpi_arguments("HYDRA build details:\n    Version: 4.2.0", as_root=True) == []
