@@ -11,6 +11,7 @@ Each line that is not fine says what to do. The exit status is 1 if a line is a 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -185,9 +186,11 @@ def report() -> list[Line]:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     lines.append(optional_line("Chromium", bool(browser), "for the browser tests of `make test`"))
     lines.append(optional_line("Slurm (sbatch)", bool(shutil.which("sbatch")),
-                               "to run the course on a Slurm cluster (README)"))
-    lines.append(optional_line("MPI (mpiexec)", bool(shutil.which("mpiexec")),
-                               "to start engines with mpiexec (README)"))
+                               "for notebook 07's job submission (it skips it otherwise)"))
+    mpi = [shutil.which(c) for c in ("mpiexec", "unshare", "ip")]
+    lines.append(optional_line("MPI (mpiexec, mpi4py, unshare, ip)",
+                               all(mpi) and importlib.util.find_spec("mpi4py") is not None,
+                               "for COURSE_LAUNCHER=mpi (README)"))
     return lines
 
 
