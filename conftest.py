@@ -37,6 +37,15 @@ def own_processes():
     return _ours
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before the first notebook, stop the clusters the unit tests shared (tests/conftest.py)."""
+    shared = item.session.__dict__.get("course_shared_clusters")
+    if shared and item.path.suffix == ".ipynb":
+        for cluster in shared:
+            cluster.stop()
+        shared.clear()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if engines or controllers survive it, then end them (they are ours)."""
     deadline = time.time() + 10  # nannies and guards may still be exiting

@@ -18,14 +18,17 @@ def one_rank_group():
     dist.destroy_process_group()
 
 
-def _shared_cluster(n: int):
-    """A gloo cluster of n ranks that is not this process's current cluster, stopped at the end.
+def _shared_cluster(n: int, session: pytest.Session):
+    """A gloo cluster of n ranks that is not this process's current cluster, stopped at the end
+    of the session, or before the first notebook runs (the root conftest.py): idle, its
+    engines still cost the notebooks a few percent of a core.
 
     Tests must leave it working: no killed ranks, no broken group.
     """
     from helpers.cluster import Cluster
 
     cluster = Cluster(n, "gloo", timeout=10, start_timeout=60, cell_timeout=60)
+    session.__dict__.setdefault("course_shared_clusters", []).append(cluster)
     try:
         cluster.start(activate=False)
         yield cluster
@@ -39,19 +42,22 @@ def _healthy(cluster):
     engine: a segfault inside gloo while its timed-out group was replaced.)"""
     from helpers.px import dead_ranks
 
+    if cluster.client is None:
+        pytest.fail("the shared test cluster was stopped when the notebooks began: run the unit "
+                    "tests before the notebooks (as `make test` does)")
     if cluster.controller_gone() or dead_ranks(cluster.ranks):
         cluster.restart()
     return cluster
 
 
 @pytest.fixture(scope="session")
-def _cluster3_shared():
-    yield from _shared_cluster(3)
+def _cluster3_shared(request):
+    yield from _shared_cluster(3, request.session)
 
 
 @pytest.fixture(scope="session")
-def _cluster4_shared():
-    yield from _shared_cluster(4)
+def _cluster4_shared(request):
+    yield from _shared_cluster(4, request.session)
 
 
 @pytest.fixture
