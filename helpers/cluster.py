@@ -39,6 +39,7 @@ from .topology import (
     local_ranks,
     loopback_interface,
     mpi_arguments,
+    own_network,
     require_ranks,
     resolve_world_size,
     threads_per_rank,
@@ -161,8 +162,7 @@ class Cluster:
                                "or use COURSE_LAUNCHER=local")
         version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True,
                                  timeout=30).stdout
-        env = dict(self._engine_env(), OMPI_MCA_btl="self,vader",  # ranks: shared memory
-                   GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo",
+        env = dict(self._engine_env(), OMPI_MCA_btl="self,vader",  # MPI: shared memory
                    # inside the namespace everyone is root: Open MPI must be told it may run
                    OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         namespace = [unshare, *own_network(os.geteuid()), "--kill-child", "sh", "-c",
@@ -198,7 +198,7 @@ class Cluster:
         connect to engine:PORT; a link under the second name for each makes them meet."""
         files = list((self.dir / "profile" / "security").glob("ipcontroller-*-engine.json"))
         info = json.loads(files[0].read_text())
-        ports = [v for k, v in info.items() if isinstance(v, int) and k != "key"]
+        ports = [v for v in info.values() if isinstance(v, int)]
         ports += [p for v in info.values() if isinstance(v, list) for p in v]
         deadline = time.monotonic() + self.start_timeout
         for port in ports:
@@ -469,12 +469,6 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def own_network(euid: int) -> list[str]:
-    """unshare's switches for a network namespace of one's own: root needs only --net; any
-    other user first enters a user namespace in which it is root."""
-    return ["--net"] if euid == 0 else ["--user", "--map-root-user", "--net"]
 
 
 def start_cluster(

@@ -82,6 +82,12 @@ def mpi_arguments(version_text: str, as_root: bool) -> list[str]:
     return ["--oversubscribe"] + (["--allow-run-as-root"] if as_root else [])
 
 
+def own_network(euid: int) -> list[str]:
+    """unshare's switches for a network namespace of one's own: root needs only --net; any
+    other user first enters a user namespace in which it is root."""
+    return ["--net"] if euid == 0 else ["--user", "--map-root-user", "--net"]
+
+
 def choose_backend(
     world_size: int,
     n_gpus: int,

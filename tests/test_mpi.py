@@ -17,7 +17,8 @@ import psutil
 import pytest
 from system import need
 
-from helpers.cluster import ClusterError, own_network, start_cluster
+from helpers.cluster import ClusterError, start_cluster
+from helpers.topology import own_network
 
 ALL_REDUCE = ("t = torch.ones(1, device=device); dist.all_reduce(t); "
               "assert t.item() == world_size, f'rank {rank}: all_reduce gave {t.item()}'")

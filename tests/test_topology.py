@@ -13,6 +13,7 @@ from helpers.topology import (
     local_ranks,
     loopback_interface,
     mpi_arguments,
+    own_network,
     require_ranks,
     resolve_world_size,
     second_gpu,
@@ -134,3 +135,8 @@ def test_mpiexec_switches_depend_on_which_mpi():
     assert mpi_arguments(open_mpi, as_root=True) == ["--oversubscribe", "--allow-run-as-root"]
     assert mpi_arguments("mpiexec (Open MPI) 5.0.3", as_root=False) == ["--oversubscribe"]
     assert mpi_arguments("HYDRA build details:\n    Version: 4.2.0", as_root=True) == []
+
+
+def test_a_network_namespace_of_ones_own_needs_a_user_namespace_unless_root():
+    assert own_network(0) == ["--net"]
+    assert own_network(1000) == ["--user", "--map-root-user", "--net"]
