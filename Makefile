@@ -9,7 +9,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb)) $(sort $(wildcard 
 # stored outputs are compared run after run: no progress bars, outputs grouped by engine
 export IPP_NONINTERACTIVE := 1
 
-.PHONY: install lab lab-args browser test unit notebooks lint outputs check clean
+.PHONY: install lab lab-args browser test unit notebooks lint outputs check clean cluster-up cluster-down
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,14 @@ check: install
 # re-execute notebooks in place after editing them (NB=path to do one)
 outputs: install
 	$(PY) tests/execute_notebooks.py $(or $(NB),$(NOTEBOOKS))
+
+# a throwaway Slurm cluster of two nodes on this machine (root; network namespaces), for the
+# Slurm tests and for trying the notebooks on Slurm: `make cluster-up && source .cluster/env`
+cluster-up:
+	bash .ci/slurm-cluster up
+
+cluster-down:
+	bash .ci/slurm-cluster down
 
 clean:
 	rm -rf $(VENV) *.egg-info
