@@ -272,7 +272,7 @@ def fetch(cluster: Any, timeout: float = 10.0) -> dict[int, list[dict[str, Any]]
     """
     from .px import dead_ranks
 
-    gone = set(dead_ranks(cluster.ranks))
+    gone = set(dead_ranks(cluster.ranks, cluster.client))
     pending = {ri.rank: cluster.client[ri.engine_id].apply_async(records)
                for ri in cluster.ranks if ri.rank not in gone}
     deadline = time.monotonic() + timeout

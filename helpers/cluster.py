@@ -3,9 +3,11 @@
 Introduced in notebook 00. ``start_cluster()`` starts a local ipyparallel controller and
 one engine per rank, forms a process group across the engines and activates ``%px``. The
 engines are forked from a process that has already imported torch (``launcher="local"``, the
-default), or started by ``mpiexec`` (``launcher="mpi"`` or ``COURSE_LAUNCHER=mpi``).
-Every process it starts is also handed to a guard process (``helpers.watchdog``), so the
-cluster ends with its notebook even when the kernel is killed.
+default), started by ``mpiexec`` (``launcher="mpi"``), or run as a Slurm job spread over
+``nodes`` hosts (``launcher="slurm"``); ``COURSE_LAUNCHER`` and ``COURSE_NODES`` choose the same
+without changing a notebook. Every process it starts, and every Slurm job, is also handed to a
+guard process (``helpers.watchdog``), so the cluster ends with its notebook even when the
+kernel is killed.
 """
 
 from __future__ import annotations
@@ -29,19 +31,24 @@ from typing import Any
 import ipyparallel as ipp
 import psutil
 
-from . import engine, px, stacks, watchdog
+from . import engine, px, slurm, stacks, watchdog
 from .forkserver import ForkServer, ForkServerError
 from .text import first_line, table
 from .topology import (
     choose_backend,
     choose_launcher,
+    controller_address,
     device_for,
+    gpus_per_node,
     local_ranks,
     loopback_interface,
     mpi_arguments,
     own_network,
     require_ranks,
+    resolve_nodes,
     resolve_world_size,
+    sbatch_extra,
+    sbatch_options,
     threads_per_rank,
 )
 from .watchdog import MARKER, course_processes, end_processes
@@ -51,6 +58,16 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 START_ADVICE = ("The cluster was stopped. Re-run the setup cell; if it fails again, the machine "
                 "may be overloaded: try fewer ranks (COURSE_WORLD_SIZE=2) or a larger "
                 "start_timeout.")
+
+
+# the engines' Slurm job (ipyparallel's launcher fills in the braces); srun starts one engine per
+# task, on the nodes and in the order Slurm gives
+SLURM_TEMPLATE = """#!/bin/sh
+#SBATCH --job-name=course-engines
+#SBATCH --output={output_file}
+{options}
+srun {program_and_args}
+"""
 
 
 class ClusterError(RuntimeError):
@@ -68,6 +85,7 @@ class RankInfo:
     nanny_pid: int | None
     host: str
     device: str
+    remote: bool = False  # on another host than the kernel (Slurm): reached through Slurm
 
 
 def visible_gpus() -> int:
@@ -98,10 +116,14 @@ class Cluster:
     """A running course cluster; also a context manager that stops it on exit."""
 
     def __init__(self, world_size: int, backend: str, *, timeout: float, start_timeout: float,
-                 cell_timeout: float, launcher: str = "local"):
+                 cell_timeout: float, launcher: str = "local", nodes: int = 1,
+                 sbatch: list[str] | None = None):
         self.world_size, self.backend, self.launcher = world_size, backend, launcher
+        self.nodes, self.sbatch = nodes, list(sbatch or [])
+        self.jobs: list[str] = []  # launcher "slurm": the engines' job of each start
+        self.controller_ip = "127.0.0.1"  # where engines reach the controller
         self.timeout, self.start_timeout, self.cell_timeout = timeout, start_timeout, cell_timeout
-        self.threads = threads_per_rank(os.cpu_count() or 1, world_size)
+        self.threads = threads_per_rank(os.cpu_count() or 1, world_size // nodes)
         self.ranks: list[RankInfo] = []
         self.client: ipp.Client | None = None
         self.view: ipp.DirectView | None = None
@@ -132,8 +154,12 @@ class Cluster:
         return self
 
     def _engine_env(self) -> dict[str, str]:
-        """What the engines' environment adds: thread limits and the cluster's tag."""
-        env = {"PYTHONUNBUFFERED": "1", MARKER: str(self.dir)}
+        """What the engines' environment adds: thread limits and the cluster's tag (not for a
+        Slurm job: its engines live on other hosts, where the guard cannot see them; it
+        cancels their job instead)."""
+        env = {"PYTHONUNBUFFERED": "1"}
+        if self.launcher != "slurm":
+            env[MARKER] = str(self.dir)
         env.update({k: str(self.threads) for k in THREAD_VARIABLES})
         return env
 
@@ -177,8 +203,54 @@ class Cluster:
         self._mpiexec.append(psutil.Process(pid))
         return [pid]
 
+    def _start_slurm_engines(self, logs: list[Path]) -> list[int]:
+        """Submit the engines as one Slurm job (ipyparallel's Slurm launcher: sbatch, then srun
+        on the nodes); its id goes to self.jobs and to the guard. No local pids: []."""
+        self._ipp.engine_launcher_class = "slurm"
+        lines = "\n".join(f"#SBATCH {option}" for option in self.sbatch)
+        try:
+            set_id = self._ipp.start_engines_sync(
+                self.world_size, engine_args=self._engine_argv(),
+                environment=self._engine_env(), output_file=str(logs[0]),
+                batch_template=SLURM_TEMPLATE, namespace={"options": lines},
+                batch_file_name=str(self._batch_file()))  # absolute: not in the notebook's folder
+        except subprocess.CalledProcessError:
+            raise ClusterError(f"sbatch refused the engines' job: {self._sbatch_says()}. "
+                               f"Its options were {' '.join(self.sbatch)} (from n=, nodes=, "
+                               "sbatch= and COURSE_SBATCH)") from None
+        job = self._ipp.engines[set_id].job_id
+        self.jobs.append(job)
+        self._guard.stdin.write(f"job {job}\n")
+        self._guard.stdin.flush()
+        return []
+
+    def _batch_file(self) -> Path:
+        return self.dir / f"engines-{self._starts}.sbatch"
+
+    def _sbatch_says(self) -> str:
+        """What sbatch says of the engines' batch script (run again with --test-only)."""
+        if not self._batch_file().exists():
+            return "(no batch script was written)"
+        done = subprocess.run(["sbatch", "--test-only", str(self._batch_file())],
+                              capture_output=True, text=True, timeout=30)
+        return " ".join((done.stderr or done.stdout).split()) or "(sbatch said nothing)"
+
     def _start_controller(self) -> None:
-        """Start the ipyparallel controller on loopback and connect this kernel's client."""
+        """Start the ipyparallel controller on loopback and connect this kernel's client.
+
+        Under Slurm it listens for engines on the address the nodes share, still on loopback
+        for the client. $COURSE_CONTROLLER_NETNS (make cluster-up's cluster) runs it in that
+        network namespace, where that address is, and the client reaches it by Unix sockets."""
+        netns = os.environ.get("COURSE_CONTROLLER_NETNS", "").strip() \
+            if self.launcher == "slurm" else ""
+        launch: dict[str, Any] = {}
+        if netns:
+            nsenter = shutil.which("nsenter")
+            if nsenter is None or not Path(netns).exists():
+                raise ClusterError(f"COURSE_CONTROLLER_NETNS={netns}: needs nsenter and that "
+                                   "namespace (is make cluster-up's cluster up?)")
+            launch["controller_cmd"] = [nsenter, f"--net={netns}", "--", sys.executable, "-m",
+                                        "ipyparallel.controller"]
         self._ipp = ipp.Cluster(
             n=self.world_size, profile_dir=str(self.dir / "profile"), controller_ip="127.0.0.1",
             log_level=logging.ERROR, shutdown_atexit=False,
@@ -186,23 +258,34 @@ class Cluster:
             # an engine is declared dead after 100 missed beats (10 s), as with the defaults
             controller_args=["--HeartMonitor.period=100", "--log-level=WARN",
                              "--HeartMonitor.max_heartmonitor_misses=100",
-                             *self._engine_transport()],
+                             *self._engine_transport(), *self._client_transport(netns)],
         )
-        self._ipp.start_controller_sync(environment={MARKER: str(self.dir)})
+        self._ipp.start_controller_sync(environment={MARKER: str(self.dir)}, **launch)
+        if netns:
+            self._link_sockets("client")
         self.client = self._ipp.connect_client_sync()
         hub = psutil.Process(self._ipp.controller.pid)  # the hub, and its schedulers (children)
         self._controller_pids = [hub.pid] + [p.pid for p in hub.children(recursive=True)]
 
     def _link_engine_sockets(self) -> None:
-        """ipyparallel's controller binds its Unix sockets as engine-PORT, and its engines
-        connect to engine:PORT; a link under the second name for each makes them meet."""
-        files = list((self.dir / "profile" / "security").glob("ipcontroller-*-engine.json"))
+        self._link_sockets("engine")
+
+    def _link_sockets(self, side: str) -> None:
+        """ipyparallel's controller binds its Unix sockets as engine-PORT (client-PORT), and
+        its engines (clients) connect to engine:PORT; a link under the second name for each
+        makes them meet."""
+        deadline = time.monotonic() + self.start_timeout
+        pattern = f"ipcontroller-*-{side}.json"
+        while not (files := list((self.dir / "profile" / "security").glob(pattern))):
+            if time.monotonic() > deadline:
+                raise ClusterError(f"the controller wrote no {pattern} within "
+                                   f"{self.start_timeout:g} s.\n{START_ADVICE}")
+            time.sleep(0.01)
         info = json.loads(files[0].read_text())
         ports = [v for v in info.values() if isinstance(v, int)]
         ports += [p for v in info.values() if isinstance(v, list) for p in v]
-        deadline = time.monotonic() + self.start_timeout
         for port in ports:
-            bound, link = self.dir / f"engine-{port}", self.dir / f"engine:{port}"
+            bound, link = self.dir / f"{side}-{port}", self.dir / f"{side}:{port}"
             while not bound.exists():
                 if time.monotonic() > deadline:
                     raise ClusterError(f"the controller did not open {bound} within "
@@ -212,12 +295,23 @@ class Cluster:
                 link.symlink_to(bound.name)
 
     def _engine_transport(self) -> list[str]:
-        """Where engines connect: loopback TCP, or (launcher 'mpi', whose engines live in a
-        network namespace of their own) Unix sockets in the cluster's directory."""
+        """Where engines connect: loopback TCP; (launcher 'mpi', whose engines live in a
+        network namespace of their own) Unix sockets in the cluster's directory; (launcher
+        'slurm') TCP on the address of this machine that the nodes share."""
+        if self.launcher == "slurm":
+            return [f"--IPController.engine_ip={self.controller_ip}"]
         if self.launcher != "mpi":
             return []
         return ["--IPController.engine_transport=ipc",
                 f"--IPController.engine_ip={self.dir / 'engine'}"]
+
+    def _client_transport(self, netns: str) -> list[str]:
+        """Where this kernel's client connects: loopback TCP, or Unix sockets when the
+        controller runs in another network namespace."""
+        if not netns:
+            return []
+        return ["--IPController.client_transport=ipc",
+                f"--IPController.client_ip={self.dir / 'client'}"]
 
     def controller_gone(self) -> bool:
         """True if a process of the controller (the hub or a scheduler) has exited: then no
@@ -230,9 +324,10 @@ class Cluster:
         self._starts += 1
         logs = [self.dir / f"engine-{self._starts}-{i}.log" for i in range(self.world_size)]
         deadline = time.monotonic() + self.start_timeout
-        if self.launcher == "mpi":
-            logs = logs[:1]  # one mpiexec, one log
-            pids = self._start_mpi_engines(logs)
+        if self.launcher in ("mpi", "slurm"):
+            logs = logs[:1]  # one mpiexec or one job: one log
+            start = self._start_mpi_engines if self.launcher == "mpi" else self._start_slurm_engines
+            pids = start(logs)
         else:
             if not self._forkserver.alive():
                 self._forkserver = self._new_forkserver()
@@ -244,18 +339,25 @@ class Cluster:
                 raise ClusterError(
                     f"only 0 of {self.world_size} engines registered within "
                     f"{self.start_timeout:g} s: {e}.\n{START_ADVICE}") from e
+        polled = time.monotonic()
         while len(new := set(self.client.ids) - old) < self.world_size:
             dead = [pid for pid in pids if px.is_dead(pid)]
+            if self.jobs and time.monotonic() - polled > 1:  # Slurm: ask how the job is doing
+                self._check_job(logs[0], len(new), deadline)
+                polled = time.monotonic()
             if dead or time.monotonic() > deadline:
+                if self.jobs:
+                    self._check_job(logs[0], len(new), deadline)
                 raise ClusterError(self._missing_message(pids, logs, len(new), dead))
             time.sleep(0.01)
         infos = self.client[sorted(new)].apply_async(engine.describe).get(self.start_timeout)
         by_id = dict(zip(sorted(new), infos))
         order = sorted(new, key=lambda eid: (by_id[eid]["host"], eid))
         lranks = local_ranks([by_id[eid]["host"] for eid in order])
+        here = socket.gethostname()
         self.ranks = [
             RankInfo(r, lr, eid, by_id[eid]["pid"], by_id[eid]["nanny_pid"], by_id[eid]["host"],
-                     device_for(lr, self.backend))
+                     device_for(lr, self.backend), remote=by_id[eid]["host"] != here)
             for r, (eid, lr) in enumerate(zip(order, lranks))
         ]
         self.view = self.client[[ri.engine_id for ri in self.ranks]]
@@ -270,6 +372,41 @@ class Cluster:
         shell = get_ipython()
         if shell is not None:
             shell.magics_manager.register(px.CourseMagics(shell, self.view, self))
+
+    def _check_job(self, log: Path, registered: int, deadline: float) -> None:
+        """Launcher 'slurm', while engines register: a ClusterError (job cancelled) if the job
+        has ended, or is still pending or its engines unregistered at the deadline."""
+        job = self.jobs[-1]
+        state = slurm.job_state(job)
+        late = time.monotonic() > deadline
+        if not slurm.ended(state) and not late:
+            return
+        if state is not None and state[0] == "PENDING":
+            problem = (f"Slurm job {job} was still pending after {self.start_timeout:g} s "
+                       f"(squeue's reason: {state[1]}). It is cancelled. Ask for fewer nodes "
+                       "or ranks, another partition (COURSE_SBATCH=--partition=...), or a "
+                       "larger start_timeout")
+        elif slurm.ended(state):
+            problem = (f"Slurm job {job} ended ({state[0] if state else 'gone from squeue'}) "
+                       f"after {registered} of {self.world_size} engines registered; its "
+                       f"output ({log}) ends:\n{_log_tail(str(log))}")
+        else:
+            problem = (f"Slurm job {job} runs, but only {registered} of {self.world_size} "
+                       f"engines reached the controller at {self.controller_ip} within "
+                       f"{self.start_timeout:g} s. It is cancelled. Can the nodes reach this "
+                       "address? Set COURSE_CONTROLLER_IP to this machine's address on their "
+                       f"network. The job's output ends:\n{_log_tail(str(log))}")
+        self._cancel_jobs()
+        raise ClusterError(f"{problem}\n{START_ADVICE}")
+
+    def _cancel_jobs(self) -> None:
+        """scancel every job of this cluster and wait until none of its engines runs."""
+        while self.jobs:
+            job = self.jobs.pop()
+            slurm.cancel(job)
+            if self._guard and self._guard.poll() is None:
+                self._guard.stdin.write(f"done {job}\n")
+                self._guard.stdin.flush()
 
     def _missing_message(self, pids: list[int], logs: list[Path], registered: int,
                          dead: list[int]) -> str:
@@ -328,23 +465,37 @@ class Cluster:
         """Send a signal (a name such as 'SIGINT', or a number) to the ranks' engines."""
         chosen = self.ranks if ranks is None else [self.ranks[r] for r in ranks]
         number = getattr(signal, sig) if isinstance(sig, str) else sig
+        remote: dict[str, list[int]] = {}
         for r in chosen:
+            if r.remote:
+                remote.setdefault(r.host, []).append(r.pid)
+                continue
             try:
                 os.kill(r.pid, number)
             except ProcessLookupError:  # a dead rank: reported by the next cell
                 pass
+        for host, pids in remote.items():  # ranks on Slurm's nodes: through a job step there
+            try:
+                slurm.signal_ranks(self.jobs[-1], host, pids, number)
+            except slurm.SlurmError as e:
+                raise ClusterError(f"could not signal the ranks on {host}: {e}") from None
 
     def form_group(self) -> Cluster:
         """(Re-)form the process group on the live engines, with a fresh rendezvous store."""
         if self.controller_gone():
             raise ClusterError(px.CONTROLLER_GONE)
-        gone = px.dead_ranks(self.ranks)
+        gone = px.dead_ranks(self.ranks, self.client)
         if gone:
             raise ClusterError(f"rank(s) {gone} died, so no group can be formed on these engines;"
                                " call cluster.restart() to start fresh engines")
         self.generation += 1
-        store = {"kind": "file", "path": str(self.dir / f"store-{self.generation}")}
-        interface = loopback_interface([name for _, name in socket.if_nameindex()])
+        store: dict[str, Any] = {"kind": "file", "path": str(self.dir / f"store-{self.generation}")}
+        interface: str | None = loopback_interface([name for _, name in socket.if_nameindex()])
+        if len({ri.host for ri in self.ranks}) > 1:  # several hosts: a TCP store on rank 0's
+            first = self.client[self.ranks[0].engine_id]  # (each rank finds its interface)
+            store = self._gather({0: first.apply_async(engine.open_store, self.controller_ip)},
+                                 "open the rendezvous store")[0]
+            interface = None
         pending = {
             ri.rank: self.client[ri.engine_id].apply_async(
                 engine.join_process_group, ri.rank, self.world_size, ri.local_rank,
@@ -395,7 +546,8 @@ class Cluster:
         global _current
         if _current is self:
             _current = None
-        live = [r.engine_id for r in self.ranks if r.rank not in px.dead_ranks(self.ranks)]
+        live = [r.engine_id for r in self.ranks
+                if r.rank not in px.dead_ranks(self.ranks, self.client)]
         if self.client is not None and live and not self.controller_gone():
             try:
                 self.client[live].apply_async(engine.leave_process_group).get(5)
@@ -431,6 +583,8 @@ class Cluster:
         """SIGTERM the engines (they stop cleanly), SIGKILL those alive after grace seconds."""
         procs = []
         for r in self.ranks:
+            if r.remote:  # on a Slurm node: ended with its job below
+                continue
             try:
                 procs.append(psutil.Process(r.pid))
             except psutil.Error:
@@ -438,6 +592,7 @@ class Cluster:
         end_processes(procs, grace_s=grace)
         end_processes(self._mpiexec, grace_s=max(grace, 1.0))  # it ends when its engines do
         self._mpiexec = []
+        self._cancel_jobs()
 
     def _wait_gone(self, pids: list[int | None], timeout: float = 10.0) -> None:
         """Wait until the given processes (of this cluster) have exited."""
@@ -481,6 +636,8 @@ def start_cluster(
     min_ranks: int = 1,
     activate: bool = True,
     launcher: str | None = None,
+    nodes: int | None = None,
+    sbatch: list[str] | str | None = None,
 ) -> Cluster:
     """Start the course cluster (replacing one this kernel already runs) and activate %px.
 
@@ -490,17 +647,32 @@ def start_cluster(
     start_timeout: seconds the engines may take to start and register.
     cell_timeout: seconds a %%px cell may wait for the ranks before it reports who is missing.
     min_ranks: the fewest ranks the notebook's lesson makes sense with (checked before starting).
-    launcher: 'local' (engines forked on this machine) or 'mpi' (started by mpiexec); default
-    $COURSE_LAUNCHER, else 'local'.
+    launcher: 'local' (engines forked on this machine), 'mpi' (started by mpiexec) or 'slurm'
+    (a Slurm job); default $COURSE_LAUNCHER, else 'local'.
+    nodes: hosts the Slurm job spreads the ranks over (default $COURSE_NODES, else 1).
+    sbatch: extra sbatch options, e.g. ["--partition=gpu", "--time=1:00:00"], after those of
+    $COURSE_SBATCH; with --gpus-per-node=K the ranks use nccl when each has a GPU.
     """
     global _current
     if _current is not None:
         _current.stop()
-    n_gpus = visible_gpus()
+    how = choose_launcher(launcher)
+    hosts = resolve_nodes(nodes, how)
+    extra = sbatch_extra(sbatch) if how == "slurm" else []
+    # under Slurm the GPUs are those the job asks for on each node, not this machine's
+    n_gpus = gpus_per_node(extra) * hosts if how == "slurm" else visible_gpus()
     world_size = require_ranks(resolve_world_size(n, n_gpus), min_ranks)
+    options = sbatch_options(world_size, hosts, extra) if how == "slurm" else []
+    if how == "slurm" and (missing := slurm.missing_commands()):
+        raise ClusterError(f"launcher 'slurm' needs {', '.join(missing)} on PATH: run the "
+                           "notebook on a machine of the Slurm cluster (a login node), source "
+                           ".cluster/env for make cluster-up's cluster, or use "
+                           "COURSE_LAUNCHER=local")
     chosen = choose_backend(world_size, n_gpus, backend)
     cluster = Cluster(world_size, chosen, timeout=timeout, start_timeout=start_timeout,
-                      cell_timeout=cell_timeout, launcher=choose_launcher(launcher))
+                      cell_timeout=cell_timeout, launcher=how, nodes=hosts, sbatch=options)
+    if how == "slurm":
+        cluster.controller_ip = controller_address(os.environ, _resolved_hostname())
     try:
         cluster.start(activate=activate)
     except BaseException:
@@ -508,6 +680,14 @@ def start_cluster(
         raise
     _current = cluster
     return cluster
+
+
+def _resolved_hostname() -> str | None:
+    """The address this machine's name resolves to, or None."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return None
 
 
 def current_cluster() -> Cluster:

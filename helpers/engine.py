@@ -11,7 +11,9 @@ import socket
 from datetime import timedelta
 from typing import Any
 
-from .topology import backend_for, group_backend
+from .topology import backend_for, group_backend, interface_with
+
+_store_socket: socket.socket | None = None  # rank 0 on several hosts: the store's listening socket
 
 
 def describe() -> dict[str, Any]:
@@ -41,11 +43,47 @@ def _make_store(store: dict[str, Any], rank: int, world_size: int, timeout: time
 
     if store["kind"] == "file":
         return dist.FileStore(store["path"], world_size)
-    if store["kind"] == "tcp":
-        return dist.TCPStore(
-            store["host"], store["port"], world_size, is_master=rank == 0, timeout=timeout
-        )
+    if store["kind"] == "tcp":  # rank 0 hosts it on the socket open_store() bound
+        global _store_socket
+        fd = _store_socket.detach() if rank == 0 and _store_socket is not None else None
+        _store_socket = None
+        return dist.TCPStore(store["host"], store["port"], world_size, is_master=rank == 0,
+                             timeout=timeout, master_listen_fd=fd)
     raise ValueError(f"unknown store kind {store['kind']!r}")
+
+
+def route_source(address: str) -> str:
+    """This host's address on the route to address (the routing table's choice; a UDP socket's
+    connect() sends nothing)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as sock:
+        sock.connect((address, 9))
+        return sock.getsockname()[0]
+
+
+def socket_interface(towards: str) -> str:
+    """The interface this rank's backend uses to reach the address towards (rank 0's, or the
+    controller's): $COURSE_SOCKET_IFNAME if set, else the one the route to it leaves by."""
+    if os.environ.get("COURSE_SOCKET_IFNAME", "").strip():
+        return os.environ["COURSE_SOCKET_IFNAME"].strip()
+    import psutil
+
+    found = {name: [a.address for a in addrs] for name, addrs in psutil.net_if_addrs().items()}
+    return interface_with(route_source(towards), found)
+
+
+def open_store(towards: str) -> dict[str, Any]:
+    """On rank 0 of a group spread over hosts: bind the rendezvous store's socket to this host's
+    address on the network shared with towards (the controller's address), not to every
+    interface; the store itself starts in join_process_group. Returns where the others find it."""
+    from .pinstore import listening_socket
+
+    global _store_socket
+    if _store_socket is not None:
+        _store_socket.close()
+    address = route_source(towards)
+    _store_socket = listening_socket(address, 0)
+    return {"kind": "tcp", "host": address, "port": _store_socket.getsockname()[1]}
 
 
 def join_process_group(
@@ -64,6 +102,8 @@ def join_process_group(
 
     stack_dir: where this engine writes its stack when asked (helpers.stacks, notebook 06).
     """
+    if store["kind"] == "tcp":  # several hosts: the interface on the way to rank 0's host
+        interface = socket_interface(store["host"])
     if interface:  # keep every socket of the backend on this interface (loopback on one host)
         os.environ["GLOO_SOCKET_IFNAME"] = interface
         os.environ["NCCL_SOCKET_IFNAME"] = interface

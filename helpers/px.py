@@ -63,9 +63,17 @@ def is_dead(pid: int) -> bool:
             return True
 
 
-def dead_ranks(ranks: Sequence[Any]) -> list[int]:
-    """Ranks (RankInfo) whose engine process is gone."""
-    return [r.rank for r in ranks if is_dead(r.pid)]
+def rank_gone(rank: Any, client: Any = None) -> bool:
+    """True if the engine of this rank (RankInfo) is gone: its process, on this host; on another
+    host (a Slurm node), its registration, which the controller drops when the heart stops."""
+    if not getattr(rank, "remote", False):
+        return is_dead(rank.pid)
+    return client is not None and rank.engine_id not in client.ids
+
+
+def dead_ranks(ranks: Sequence[Any], client: Any = None) -> list[int]:
+    """Ranks (RankInfo) whose engine is gone."""
+    return [r.rank for r in ranks if rank_gone(r, client)]
 
 
 def error_of(future: Any) -> BaseException | None:
@@ -131,7 +139,7 @@ def submit(client: Any, ranks: Sequence[Any], code: str, silent: bool = True
     silent=False (the magic's choice) shows the value of a cell's last expression, and makes
     an engine drop the requests queued behind a cell that fails, as Jupyter kernels do.
     """
-    gone = dead_ranks(ranks)
+    gone = dead_ranks(ranks, client)
     if gone:
         raise RankError(describe_failure({}, gone, [], None), {}, gone, [])
     rank_of = {r.engine_id: r for r in ranks}
@@ -156,13 +164,13 @@ def wait_for_ranks(result: Any, rank_of: dict[int, Any], timeout: float,
     while not result.wait(poll):  # the usual case: every rank answers within the first poll
         check_controller(controller_gone, list(rank_of.values()))
         now = time.monotonic()
-        dead = [rank_of[e].rank for e in result._targets if is_dead(rank_of[e].pid)]
+        dead = [rank_of[e].rank for e in result._targets if rank_gone(rank_of[e], client)]
         if dead and first_death is None:
             first_death = now
         if now > deadline or (first_death and now - first_death > grace):
             break
     pending = [m for m in result.msg_ids if m in client.outstanding]
-    dead = sorted({rank_of[e].rank for e in result._targets if is_dead(rank_of[e].pid)})
+    dead = sorted({rank_of[e].rank for e in result._targets if rank_gone(rank_of[e], client)})
     silent = sorted(rank_of[by_msg[m]].rank for m in pending if rank_of[by_msg[m]].rank not in dead)
     if dead or silent:
         failed = {r: msg for r, msg in failures(result, rank_of).items() if r not in dead}

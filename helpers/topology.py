@@ -6,12 +6,15 @@ GPU path can be unit-tested on a machine without GPUs by passing fake device cou
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
+import shlex
 from collections.abc import Mapping, Sequence
 
 DEFAULT_CPU_RANKS = 4
 BACKENDS = ("gloo", "nccl")
-LAUNCHERS = ("local", "mpi")  # how the engines start: forked here, or by mpiexec
+LAUNCHERS = ("local", "mpi", "slurm")  # how engines start: forked here, by mpiexec, as a job
 
 
 class ClusterConfigError(ValueError):
@@ -66,12 +69,94 @@ def choose_launcher(launcher: str | None, env: Mapping[str, str] | None = None) 
     if not value:
         return "local"
     if value not in LAUNCHERS:
-        hint = (" (engines as a Slurm job are not part of the course yet: start the notebook "
-                "inside an allocation, salloc -N1, and use local or mpi)" if value == "slurm"
-                else "")
         raise ClusterConfigError(f"{source}={value!r} is not a launcher the course knows; use "
-                                 f"one of {', '.join(LAUNCHERS)}{hint}")
+                                 f"one of {', '.join(LAUNCHERS)}")
     return value
+
+
+def resolve_nodes(nodes: int | None, launcher: str,
+                  env: Mapping[str, str] | None = None) -> int:
+    """How many hosts the ranks are spread over: the argument, else $COURSE_NODES, else 1.
+    Only a Slurm job spans hosts."""
+    env = os.environ if env is None else env
+    source = "nodes"
+    if nodes is None and env.get("COURSE_NODES", "").strip():
+        nodes, source = env["COURSE_NODES"], "COURSE_NODES"
+    if nodes is None:
+        return 1
+    n = parse_world_size(nodes, source)
+    if n > 1 and launcher != "slurm":
+        raise ClusterConfigError(f"{source}={n}: only launcher 'slurm' spreads ranks over "
+                                 f"several hosts (this is {launcher!r}); set COURSE_LAUNCHER="
+                                 "slurm, or leave nodes unset")
+    return n
+
+
+def sbatch_extra(extra: Sequence[str] | str | None = None,
+                 env: Mapping[str, str] | None = None) -> list[str]:
+    """The extra options of the engines' Slurm job: $COURSE_SBATCH (e.g. "--partition=gpu
+    --time=1:00:00 --gpus-per-node=4"), then extra (a string or a list of words)."""
+    env = os.environ if env is None else env
+    words = shlex.split(env.get("COURSE_SBATCH", ""))
+    words += shlex.split(extra) if isinstance(extra, str) else list(extra or [])
+    for word in words:
+        if not word.startswith("-"):
+            raise ClusterConfigError(f"sbatch option {word!r} does not start with '-'; give "
+                                     "options such as --partition=gpu or --time=30 (one word "
+                                     "each, with '=')")
+        if re.match(r"--(ntasks|nodes|ntasks-per-node)(=|$)|-[nN]", word):
+            raise ClusterConfigError(f"sbatch option {word!r}: the course sets the job's ranks "
+                                     "and nodes itself; use n= (COURSE_WORLD_SIZE) and nodes= "
+                                     "(COURSE_NODES) instead")
+    return words
+
+
+def sbatch_options(world_size: int, nodes: int, extra: Sequence[str]) -> list[str]:
+    """The engines' job: its shape (ranks, nodes, the same number of ranks on each), then extra."""
+    if world_size % nodes:
+        raise ClusterConfigError(f"{nodes} nodes do not share {world_size} ranks evenly; give "
+                                 f"a world size (COURSE_WORLD_SIZE) that is a multiple of {nodes}")
+    return [f"--ntasks={world_size}", f"--nodes={nodes}",
+            f"--ntasks-per-node={world_size // nodes}", *extra]
+
+
+def gpus_per_node(options: Sequence[str]) -> int:
+    """GPUs a job asks for on each node (--gpus-per-node=K, or --gres=gpu[:type]:K); 0 if none."""
+    count = 0
+    for word in options:
+        if m := re.fullmatch(r"--gpus-per-node=(?:[\w-]+:)?(\d+)", word):
+            count = int(m[1])
+        elif m := re.fullmatch(r"--gres=(?:.*,)?gpu(?::[\w-]+)?:(\d+)(?:,.*)?", word):
+            count = int(m[1])
+    return count
+
+
+def controller_address(env: Mapping[str, str], resolved: str | None) -> str:
+    """The address the controller listens on for engines of a Slurm job: $COURSE_CONTROLLER_IP,
+    else the address this machine's name resolves to (resolved), if that is not loopback."""
+    value = env.get("COURSE_CONTROLLER_IP", "").strip() or (resolved or "")
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        address = None
+    if address is None or address.is_loopback or address.is_unspecified:
+        got = f"COURSE_CONTROLLER_IP={value!r}" if env.get("COURSE_CONTROLLER_IP", "").strip() \
+            else f"this machine's name resolves to {value or 'nothing'}"
+        raise ClusterConfigError(
+            f"launcher 'slurm' needs the address of this machine on the network the compute "
+            f"nodes share ({got}); set COURSE_CONTROLLER_IP to it (for make cluster-up's "
+            f"cluster: source .cluster/env). Never 0.0.0.0: that would listen everywhere")
+    return str(address)
+
+
+def interface_with(address: str, interfaces: Mapping[str, Sequence[str]]) -> str:
+    """The name of the interface that has this address ({name: [its addresses]})."""
+    for name, addresses in interfaces.items():
+        if address in addresses:
+            return name
+    raise ClusterConfigError(f"no network interface has address {address} (interfaces: "
+                             f"{sorted(interfaces)}); set COURSE_SOCKET_IFNAME to the "
+                             "interface the ranks share")
 
 
 def mpi_arguments(version_text: str, as_root: bool) -> list[str]:

@@ -6,12 +6,15 @@ The kernel starts this guard with a pipe on its stdin. When the kernel stops the
 itself it writes ``release`` and the guard exits quietly. If the kernel dies instead, even
 by SIGKILL, the pipe closes: the guard then ends exactly the processes that carry this
 cluster's directory (controller, its schedulers, engines, nannies) and removes the directory.
+Engines that run as a Slurm job live on other hosts: the kernel writes ``job ID`` when it
+submits one and ``done ID`` once it has cancelled it; the guard cancels those still open.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 
 import psutil
@@ -53,9 +56,21 @@ def end_processes(procs: list[psutil.Process], grace_s: float = 3.0) -> list[int
 def main(argv: list[str]) -> int:
     """Wait for 'release' or for stdin to close; on close, end the cluster of argv[1]."""
     cluster_dir = argv[1]
+    jobs: list[str] = []
     for line in sys.stdin:
-        if line.strip() == "release":
+        word, _, job = line.strip().partition(" ")
+        if word == "release":
             return 0
+        if word == "job":
+            jobs.append(job)
+        elif word == "done" and job in jobs:
+            jobs.remove(job)
+    for job in jobs:
+        try:
+            subprocess.run(["scancel", job], timeout=30, capture_output=True)
+            print(f"course watchdog: kernel gone, cancelled Slurm job {job}", file=sys.stderr)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            print(f"course watchdog: could not cancel Slurm job {job}: {e}", file=sys.stderr)
     ended = end_processes(course_processes(cluster_dir))
     shutil.rmtree(cluster_dir, ignore_errors=True)
     print(f"course watchdog: kernel gone, ended pids {ended}", file=sys.stderr)

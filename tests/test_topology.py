@@ -7,15 +7,21 @@ from helpers.topology import (
     backend_for,
     choose_backend,
     choose_launcher,
+    controller_address,
     default_world_size,
     device_for,
+    gpus_per_node,
     group_backend,
+    interface_with,
     local_ranks,
     loopback_interface,
     mpi_arguments,
     own_network,
     require_ranks,
+    resolve_nodes,
     resolve_world_size,
+    sbatch_extra,
+    sbatch_options,
     second_gpu,
     threads_per_rank,
 )
@@ -123,11 +129,70 @@ def test_the_launcher_comes_from_the_argument_then_the_environment_then_local():
     assert choose_launcher(None, {}) == "local"
     assert choose_launcher(None, {"COURSE_LAUNCHER": " MPI "}) == "mpi"
     assert choose_launcher("local", {"COURSE_LAUNCHER": "mpi"}) == "local"
+    assert choose_launcher(None, {"COURSE_LAUNCHER": "slurm"}) == "slurm"
     with pytest.raises(ClusterConfigError, match=r"COURSE_LAUNCHER='pbs' is not a launcher .* "
-                                                 r"local, mpi$"):
+                                                 r"local, mpi, slurm$"):
         choose_launcher(None, {"COURSE_LAUNCHER": "pbs"})
-    with pytest.raises(ClusterConfigError, match=r"launcher='slurm' .*not part of the course yet"):
-        choose_launcher("slurm", {})
+
+
+def test_nodes_come_from_the_argument_then_the_environment_and_only_slurm_spans_hosts():
+    assert resolve_nodes(None, "slurm", {}) == 1
+    assert resolve_nodes(None, "slurm", {"COURSE_NODES": " 2 "}) == 2
+    assert resolve_nodes(3, "slurm", {"COURSE_NODES": "2"}) == 3
+    assert resolve_nodes(1, "local", {}) == 1
+    with pytest.raises(ClusterConfigError, match=r"COURSE_NODES=2: only launcher 'slurm'"):
+        resolve_nodes(None, "local", {"COURSE_NODES": "2"})
+    with pytest.raises(ClusterConfigError, match=r"nodes='two' is not a whole number"):
+        resolve_nodes("two", "slurm", {})
+    with pytest.raises(ClusterConfigError, match=r"at least 1"):
+        resolve_nodes(0, "slurm", {})
+
+
+def test_the_slurm_job_has_the_courses_shape_then_the_sites_options():
+    extra = sbatch_extra(["--time=10"], {"COURSE_SBATCH": "--partition=gpu --gpus-per-node=4"})
+    assert extra == ["--partition=gpu", "--gpus-per-node=4", "--time=10"]
+    assert sbatch_extra("--account=abc --time=5", {}) == ["--account=abc", "--time=5"]
+    assert sbatch_options(4, 2, extra) == ["--ntasks=4", "--nodes=2", "--ntasks-per-node=2",
+                                           *extra]
+    assert sbatch_options(8, 1, []) == ["--ntasks=8", "--nodes=1", "--ntasks-per-node=8"]
+    with pytest.raises(ClusterConfigError, match=r"2 nodes do not share 3 ranks evenly"):
+        sbatch_options(3, 2, [])
+    for shape in ("--ntasks=3", "-N2", "--nodes=4", "--ntasks-per-node=1", "-n", "--nodes"):
+        with pytest.raises(ClusterConfigError, match=r"the course sets the job's ranks"):
+            sbatch_extra([shape], {})
+    with pytest.raises(ClusterConfigError, match=r"'gpu' does not start with '-'"):
+        sbatch_extra("--partition gpu", {})
+
+
+def test_gpus_per_node_are_read_from_the_jobs_options():
+    assert gpus_per_node([]) == 0
+    assert gpus_per_node(["--partition=gpu", "--gpus-per-node=4"]) == 4
+    assert gpus_per_node(["--gpus-per-node=a100:8"]) == 8
+    assert gpus_per_node(["--gres=gpu:2"]) == 2
+    assert gpus_per_node(["--gres=gpu:h100:4,shard:1"]) == 4
+    assert gpus_per_node(["--gres=shard:1,gpu:3"]) == 3
+    # with 2 nodes of 4 GPUs, 8 ranks get nccl, 16 do not
+    assert choose_backend(8, gpus_per_node(["--gpus-per-node=4"]) * 2) == "nccl"
+    assert choose_backend(16, gpus_per_node(["--gpus-per-node=4"]) * 2) == "gloo"
+
+
+def test_the_controller_listens_on_the_nodes_network_never_on_loopback_or_everywhere():
+    assert controller_address({"COURSE_CONTROLLER_IP": "10.1.2.3"}, "127.0.1.1") == "10.1.2.3"
+    assert controller_address({}, "192.168.5.6") == "192.168.5.6"
+    for env, resolved in (({}, "127.0.1.1"), ({}, None),
+                          ({"COURSE_CONTROLLER_IP": "0.0.0.0"}, None),
+                          ({"COURSE_CONTROLLER_IP": "head"}, "10.0.0.1")):
+        with pytest.raises(ClusterConfigError, match=r"set COURSE_CONTROLLER_IP to it"):
+            controller_address(env, resolved)
+
+
+def test_the_interface_is_the_one_with_the_routes_address():
+    found = {"lo": ["127.0.0.1", "::1"], "eth0": ["10.77.0.2", "fe80::1"], "ib0": ["192.168.0.2"]}
+    assert interface_with("10.77.0.2", found) == "eth0"
+    assert interface_with("192.168.0.2", found) == "ib0"
+    with pytest.raises(ClusterConfigError, match=r"no network interface has address 10.9.9.9.*"
+                                                 r"COURSE_SOCKET_IFNAME"):
+        interface_with("10.9.9.9", found)
 
 
 def test_mpiexec_switches_depend_on_which_mpi():

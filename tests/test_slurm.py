@@ -1,0 +1,216 @@
+"""Engines as a Slurm job spread over two nodes (launcher="slurm", COURSE_LAUNCHER=slurm), on the
+real Slurm of `make cluster-up`: munge, slurmctld and two slurmd, each node a network and UTS
+namespace of this machine with its own hostname and address.
+
+The tests use the cluster if it is up (`source .cluster/env` is not needed: they read it), or
+bring it up and down themselves when they run as root with Slurm and munge installed. On a
+learner's laptop they skip with one line; under COURSE_REQUIRE_SYSTEM=1 (CI) they must run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from system import need
+
+from helpers import slurm
+from helpers.cluster import ClusterError, start_cluster
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / ".ci" / "slurm-cluster"
+ENV_FILE = ROOT / ".cluster" / "env"
+ALL_REDUCE = ("t = torch.ones(1, device=device) * (rank + 1); dist.all_reduce(t); "
+              "assert t.item() == world_size * (world_size + 1) / 2, "
+              "f'rank {rank}: all_reduce gave {t.item()}'")
+
+
+def _cluster_up() -> bool:
+    return ENV_FILE.exists() and subprocess.run(
+        ["bash", str(SCRIPT), "status"], capture_output=True).returncode == 0
+
+
+def _can_bring_up() -> str | None:
+    """Why this machine cannot run make cluster-up, or None."""
+    if os.geteuid() != 0:
+        return "no Slurm cluster is up and bringing one up needs root (sudo make cluster-up)"
+    missing = [c for c in ("slurmctld", "slurmd", "munged", "ip", "nsenter", "unshare")
+               if shutil.which(c) is None]
+    if missing:
+        return (f"no Slurm cluster is up and {', '.join(missing)} missing (make cluster-up "
+                "installs them as root)")
+    return None
+
+
+def _read_env() -> dict[str, str]:
+    out = subprocess.run(["bash", "-c", f"source {ENV_FILE} && env -0"], capture_output=True,
+                         check=True).stdout.decode()
+    return dict(line.split("=", 1) for line in out.split("\0") if "=" in line)
+
+
+@pytest.fixture(scope="module")
+def slurm_env():
+    """os.environ with .cluster/env applied (Slurm's commands on PATH, the controller's
+    address); the cluster is brought up first, and down afterwards, if it was not up."""
+    started = False
+    if not _cluster_up():
+        why = _can_bring_up()
+        need(why is None, why or "")
+        done = subprocess.run(["bash", str(SCRIPT), "up"], capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, f"make cluster-up failed:\n{done.stdout}{done.stderr}"
+        started = True
+    saved = dict(os.environ)
+    os.environ.update({k: v for k, v in _read_env().items()
+                       if k in ("PATH", "SLURM_CONF") or k.startswith("COURSE_")})
+    try:
+        yield dict(os.environ)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        if started:
+            subprocess.run(["bash", str(SCRIPT), "down"], capture_output=True, timeout=120)
+
+
+def _queue() -> list[str]:
+    return slurm.run(["squeue", "-h", "-o", "%i %T"]).split()
+
+
+def _alive(pids: list[int]) -> list[int]:
+    return [p for p in pids if psutil.pid_exists(p)
+            and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def _netns(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/ns/net")
+
+
+def test_four_ranks_on_two_nodes(slurm_env):
+    t0 = time.perf_counter()
+    cluster = start_cluster(n=4, nodes=2, backend="gloo", launcher="slurm", activate=False)
+    started_in = time.perf_counter() - t0
+    try:
+        assert cluster.jobs and cluster.jobs[0] in _queue(), f"no job of {cluster.jobs} in squeue"
+        hosts = [r.host for r in cluster.ranks]
+        assert hosts == ["node1", "node1", "node2", "node2"], f"ranks on hosts {hosts}"
+        assert [r.local_rank for r in cluster.ranks] == [0, 1, 0, 1]
+        assert all(r.remote for r in cluster.ranks)
+        cluster.px(ALL_REDUCE)
+        # each rank's backend uses its interface on the nodes' network, found from the route
+        interfaces = cluster.view.apply_sync(os.getenv, "GLOO_SOCKET_IFNAME")
+        assert interfaces == ["eth0"] * 4, f"GLOO_SOCKET_IFNAME by engine: {interfaces}"
+        # the controller runs in the head's namespace; nothing of the course listens outside
+        # loopback in this machine's own namespace
+        here = _netns(os.getpid())
+        controller = cluster._controller_pids[0]
+        assert _netns(controller) != here, "the controller runs in this machine's namespace"
+        outside = [(c.pid, c.laddr.ip) for c in psutil.net_connections(kind="inet")
+                   if c.status == psutil.CONN_LISTEN and c.pid in cluster.pids()
+                   and c.laddr.ip not in ("127.0.0.1", "::1")]
+        assert not outside, f"cluster processes listen outside loopback: {outside}"
+
+        # interrupt: SIGINT reaches the engines on the nodes through Slurm
+        stuck = cluster.view.execute("import time; time.sleep(60)", block=False)
+        time.sleep(1)
+        cluster.interrupt()
+        with pytest.raises(Exception, match="KeyboardInterrupt"):
+            stuck.get(20)
+        cluster.px(ALL_REDUCE)
+
+        before, old_job = [r.pid for r in cluster.ranks], cluster.jobs[-1]
+        t0 = time.perf_counter()
+        cluster.restart()
+        restarted_in = time.perf_counter() - t0
+        assert not _alive(before), f"engines of the old job still run: {_alive(before)}"
+        assert old_job not in _queue(), f"job {old_job} still in squeue after restart()"
+        assert [r.host for r in cluster.ranks] == ["node1", "node1", "node2", "node2"]
+        cluster.px(ALL_REDUCE)
+        engines, job = [r.pid for r in cluster.ranks], cluster.jobs[-1]
+    finally:
+        cluster.stop()
+    assert job not in _queue(), f"job {job} still in squeue after stop(): {_queue()}"
+    assert not _queue(), f"jobs left in squeue: {_queue()}"
+    assert not _alive(engines), f"engines left after stop(): {_alive(engines)}"
+    print(f"4 ranks on 2 Slurm nodes: start {started_in:.1f} s, restart {restarted_in:.1f} s")
+
+
+def test_a_job_that_stays_pending_is_cancelled_with_squeues_reason(slurm_env):
+    with pytest.raises(ClusterError, match=r"still pending after 4 s \(squeue's reason: "
+                                           r"BeginTime\)\. It is cancelled"):
+        start_cluster(n=2, nodes=2, launcher="slurm", activate=False, start_timeout=4,
+                      sbatch=["--begin=now+3600"])
+    assert not _queue(), f"jobs left in squeue: {_queue()}"
+
+
+def test_a_refused_job_says_what_sbatch_said(slurm_env):
+    with pytest.raises(ClusterError, match=r"sbatch refused.*Invalid partition"):
+        start_cluster(n=2, nodes=2, launcher="slurm", activate=False,
+                      sbatch="--partition=no-such-partition")
+
+
+def test_a_killed_kernel_takes_its_slurm_job_with_it(slurm_env, tmp_path):
+    """The guard cancels the job when the process that started the cluster dies by SIGKILL."""
+    script = tmp_path / "kernel.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from helpers.cluster import start_cluster
+        c = start_cluster(n=2, nodes=2, launcher="slurm", activate=False)
+        print("JOB", c.jobs[-1], *[r.pid for r in c.ranks], flush=True)
+        time.sleep(600)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline().split()
+        assert line and line[0] == "JOB", f"the cluster did not start: {line}"
+        job, pids = line[1], [int(p) for p in line[2:]]
+        assert job in _queue()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.monotonic() + 30
+        while (job in _queue() or _alive(pids)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert job not in _queue(), f"job {job} still queued 30 s after the kernel died"
+        assert not _alive(pids), f"engines {_alive(pids)} alive 30 s after the kernel died"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _jobs_ever() -> dict[int, str]:
+    """{job id: 'name nodes'} of every job slurmctld still remembers (ended ones for minutes)."""
+    out = slurm.run(["squeue", "-h", "-t", "all", "-o", "%i|%j %N"])
+    return {int(i): rest for i, _, rest in (line.partition("|") for line in out.splitlines())}
+
+
+def test_a_lesson_notebook_runs_unchanged_across_two_nodes(slurm_env):
+    before = max(_jobs_ever(), default=0)
+    env = dict(slurm_env, COURSE_LAUNCHER="slurm", COURSE_NODES="2", COURSE_WORLD_SIZE="4")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+         "--nbval-current-env", "--nbval-cell-timeout=240", "notebooks/01_point_to_point.ipynb"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert not _queue(), f"jobs left in squeue after the notebook: {_queue()}"
+    ran = {i: what for i, what in _jobs_ever().items() if i > before}
+    assert ran and all(what == "course-engines node[1-2]" for what in ran.values()), (
+        f"the notebook's engines did not run as jobs on both nodes: {ran}")
+
+
+def test_no_sbatch_is_a_clear_error(monkeypatch, tmp_path):
+    """Runs everywhere: without Slurm's commands on PATH the error says what to do."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("COURSE_CONTROLLER_IP", "10.0.0.1")
+    monkeypatch.delenv("COURSE_CONTROLLER_NETNS", raising=False)
+    with pytest.raises(ClusterError, match=r"launcher 'slurm' needs sbatch, squeue, scancel, "
+                                           r"srun on PATH"):
+        start_cluster(n=2, launcher="slurm", activate=False)
