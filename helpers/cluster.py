@@ -135,7 +135,8 @@ class Cluster:
         self._starts = 0  # engine start-ups so far (each gets its own log files)
         self._guard: subprocess.Popen | None = None
         self._activate = False
-        self.dir = Path(tempfile.mkdtemp(prefix="course-cluster-"))
+        self.dir = Path(tempfile.mkdtemp(prefix="course-cluster-")) if launcher != "slurm" else \
+            Path(tempfile.mkdtemp(prefix=".course-cluster-", dir=shared_directory()))
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self, activate: bool = True) -> Cluster:
@@ -491,8 +492,8 @@ class Cluster:
         self.generation += 1
         store: dict[str, Any] = {"kind": "file", "path": str(self.dir / f"store-{self.generation}")}
         interface: str | None = loopback_interface([name for _, name in socket.if_nameindex()])
-        if len({ri.host for ri in self.ranks}) > 1:  # several hosts: a TCP store on rank 0's
-            first = self.client[self.ranks[0].engine_id]  # (each rank finds its interface)
+        if self.launcher == "slurm":  # other hosts: a TCP store on rank 0's host, where each
+            first = self.client[self.ranks[0].engine_id]  # rank finds its own interface
             store = self._gather({0: first.apply_async(engine.open_store, self.controller_ip)},
                                  "open the rendezvous store")[0]
             interface = None
@@ -680,6 +681,13 @@ def start_cluster(
         raise
     _current = cluster
     return cluster
+
+
+def shared_directory() -> str:
+    """Where a Slurm cluster keeps its files (connection files, logs, the batch script): a
+    folder the nodes see too, $COURSE_SHARED_DIR or else the notebook's folder (on a cluster
+    a home or project directory, shared with the nodes; /tmp is not)."""
+    return os.environ.get("COURSE_SHARED_DIR", "").strip() or os.getcwd()
 
 
 def _resolved_hostname() -> str | None:

@@ -185,8 +185,10 @@ def report() -> list[Line]:
                                "for cluster.stacks() (notebook 06 falls back to faulthandler)"))
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     lines.append(optional_line("Chromium", bool(browser), "for the browser tests of `make test`"))
-    lines.append(optional_line("Slurm (sbatch)", bool(shutil.which("sbatch")),
-                               "for notebook 07's job submission (it skips it otherwise)"))
+    slurm = [shutil.which(c) for c in ("sbatch", "squeue", "scancel", "srun")]
+    lines.append(optional_line("Slurm (sbatch, squeue, scancel, srun)", all(slurm),
+                               "for COURSE_LAUNCHER=slurm (README) and notebook 07's job "
+                               "submission (it skips it otherwise)"))
     mpi = [shutil.which(c) for c in ("mpiexec", "unshare", "ip")]
     lines.append(optional_line("MPI (mpiexec, mpi4py, unshare, ip)",
                                all(mpi) and importlib.util.find_spec("mpi4py") is not None,
