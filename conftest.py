@@ -37,10 +37,29 @@ def own_processes():
     return _ours
 
 
+# suites that start clusters or browsers of their own, on the machine's every core: they run
+# after the unit tests, once the clusters those share are stopped (idle, their engines and
+# controllers would still cost the others a good part of 2 cores)
+SYSTEM_SUITES = ("test_browser.py", "test_mpi.py", "test_slurm.py")
+
+
+def _phase(item: pytest.Item) -> int:
+    """0: unit tests (may share clusters), 1: system suites, 2: notebooks."""
+    if item.path.suffix == ".ipynb":
+        return 2
+    return 1 if item.path.name in SYSTEM_SUITES else 0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Unit tests first, then the system suites, then the notebooks (a stable sort)."""
+    items.sort(key=_phase)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Before the first notebook, stop the clusters the unit tests shared (tests/conftest.py)."""
+    """Before the first system suite or notebook, stop the clusters the unit tests shared
+    (tests/conftest.py)."""
     shared = item.session.__dict__.get("course_shared_clusters")
-    if shared and item.path.suffix == ".ipynb":
+    if shared and _phase(item) > 0:
         for cluster in shared:
             cluster.stop()
         shared.clear()

@@ -277,12 +277,16 @@ class Cluster:
         makes them meet."""
         deadline = time.monotonic() + self.start_timeout
         pattern = f"ipcontroller-*-{side}.json"
-        while not (files := list((self.dir / "profile" / "security").glob(pattern))):
-            if time.monotonic() > deadline:
-                raise ClusterError(f"the controller wrote no {pattern} within "
-                                   f"{self.start_timeout:g} s.\n{START_ADVICE}")
-            time.sleep(0.01)
-        info = json.loads(files[0].read_text())
+        while True:  # the controller writes the file in place: wait until it is whole
+            try:
+                files = list((self.dir / "profile" / "security").glob(pattern))
+                info = json.loads(files[0].read_text())
+                break
+            except (IndexError, ValueError):
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"the controller wrote no whole {pattern} within "
+                                       f"{self.start_timeout:g} s.\n{START_ADVICE}") from None
+                time.sleep(0.01)
         ports = [v for v in info.values() if isinstance(v, int)]
         ports += [p for v in info.values() if isinstance(v, list) for p in v]
         for port in ports:
