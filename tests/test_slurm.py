@@ -143,7 +143,7 @@ def test_four_ranks_on_two_nodes(slurm_env):
 
 
 def test_a_job_that_stays_pending_is_cancelled_with_squeues_reason(slurm_env):
-    with pytest.raises(ClusterError, match=r"still pending after 4 s \(squeue's reason: "
+    with pytest.raises(ClusterError, match=r"still pending after 2 s \(squeue's reason: "
                                            r"BeginTime\)\. It is cancelled"):
         start_cluster(n=2, nodes=2, launcher="slurm", activate=False, start_timeout=2,
                       sbatch=["--begin=now+3600"])
