@@ -13,6 +13,7 @@ kernel is killed.
 from __future__ import annotations
 
 import atexit
+import functools
 import importlib.util
 import json
 import logging
@@ -121,6 +122,7 @@ class Cluster:
         self.world_size, self.backend, self.launcher = world_size, backend, launcher
         self.nodes, self.sbatch = nodes, list(sbatch or [])
         self.jobs: list[str] = []  # launcher "slurm": the engines' job of each start
+        self._ending: list[str] = []  # jobs cancelled, not yet gone from the queue
         self.controller_ip = "127.0.0.1"  # where engines reach the controller
         self.timeout, self.start_timeout, self.cell_timeout = timeout, start_timeout, cell_timeout
         self.threads = threads_per_rank(os.cpu_count() or 1, world_size // nodes)
@@ -404,11 +406,21 @@ class Cluster:
         self._cancel_jobs()
         raise ClusterError(f"{problem}\n{START_ADVICE}")
 
-    def _cancel_jobs(self) -> None:
-        """scancel every job of this cluster and wait until none of its engines runs."""
+    def _cancel_jobs(self, wait: bool = True) -> None:
+        """scancel every job of this cluster; with wait, also wait until none of their engines
+        runs (restart() waits later, while the new job starts)."""
         while self.jobs:
             job = self.jobs.pop()
-            slurm.cancel(job)
+            slurm.run(["scancel", job])
+            self._ending.append(job)
+        if wait:
+            self._wait_cancelled()
+
+    def _wait_cancelled(self) -> None:
+        """Wait until the cancelled jobs have left the queue; then the guard may forget them."""
+        while self._ending:
+            slurm.wait_ended(self._ending[0])
+            job = self._ending.pop(0)
             if self._guard and self._guard.poll() is None:
                 self._guard.stdin.write(f"done {job}\n")
                 self._guard.stdin.flush()
@@ -449,12 +461,20 @@ class Cluster:
         """
         chosen = self.ranks if ranks is None else [self.ranks[r] for r in ranks]
         here = socket.gethostname()
-        found = {r.rank: "process gone" for r in chosen if px.is_dead(r.pid)}
-        found |= {r.rank: f"runs on host {r.host}: take its stack there (py-spy dump --pid "
-                          f"{r.pid})" for r in chosen if r.host != here and r.rank not in found}
+        found = {r.rank: "process gone" for r in chosen if px.rank_gone(r, self.client)}
+        senders = {}  # ranks of a Slurm job on other hosts: their faulthandler, through Slurm
+        for r in chosen:
+            if r.rank not in found and r.remote and self.jobs:
+                senders[r.rank] = functools.partial(self._signal_remote, r.host)
+            elif r.rank not in found and r.host != here:
+                found[r.rank] = f"runs on host {r.host}: take its stack there (py-spy dump " \
+                                f"--pid {r.pid})"
         todo = {r.rank: r.pid for r in chosen if r.rank not in found}
-        found |= stacks.take_many(todo, self.dir, native=native)
+        found |= stacks.take_many(todo, self.dir, native=native, senders=senders)
         return dict(sorted(found.items()))
+
+    def _signal_remote(self, host: str, pid: int, number: int) -> None:
+        slurm.signal_ranks(self.jobs[-1], host, [pid], number)
 
     def where(self, ranks: list[int] | None = None) -> dict[int, str]:
         """{rank: one line saying where its main thread is}, e.g. 'in all_reduce, called from
@@ -517,10 +537,11 @@ class Cluster:
 
         If the controller has died too, it is replaced first (a new controller and client).
         """
-        self._end_engines(grace=0)  # their state is thrown away, and a rank stuck inside a
-        if self.controller_gone():  # collective would not exit politely anyway
+        self._end_engines(grace=0, wait=False)  # their state is thrown away, and a rank stuck
+        if self.controller_gone():  # inside a collective would not exit politely anyway
             self._replace_controller()
-        self._start_engines()
+        self._start_engines()  # a Slurm job: the new one starts while the old one ends
+        self._wait_cancelled()
         return self.form_group()
 
     def _gather(self, pending: dict[int, Any], what: str) -> list[Any]:
@@ -584,8 +605,9 @@ class Cluster:
         self.client.close()
         self._start_controller()
 
-    def _end_engines(self, grace: float) -> None:
-        """SIGTERM the engines (they stop cleanly), SIGKILL those alive after grace seconds."""
+    def _end_engines(self, grace: float, wait: bool = True) -> None:
+        """SIGTERM the engines (they stop cleanly), SIGKILL those alive after grace seconds;
+        cancel their Slurm job (wait=False: without waiting until it has left the queue)."""
         procs = []
         for r in self.ranks:
             if r.remote:  # on a Slurm node: ended with its job below
@@ -597,7 +619,7 @@ class Cluster:
         end_processes(procs, grace_s=grace)
         end_processes(self._mpiexec, grace_s=max(grace, 1.0))  # it ends when its engines do
         self._mpiexec = []
-        self._cancel_jobs()
+        self._cancel_jobs(wait)
 
     def _wait_gone(self, pids: list[int | None], timeout: float = 10.0) -> None:
         """Wait until the given processes (of this cluster) have exited."""

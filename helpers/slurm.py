@@ -66,6 +66,11 @@ def ended(state: tuple[str, str] | None) -> bool:
 def cancel(job_id: str, timeout: float = 30.0) -> None:
     """scancel the job, then wait (bounded) until none of its processes runs."""
     run(["scancel", job_id], timeout)
+    wait_ended(job_id, timeout)
+
+
+def wait_ended(job_id: str, timeout: float = 30.0) -> None:
+    """Wait (bounded) until none of the job's processes runs."""
     deadline = time.monotonic() + timeout
     while not ended(job_state(job_id)):
         if time.monotonic() > deadline:

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -77,15 +78,17 @@ def with_py_spy(pid: int, native: bool = False, timeout: float = 5.0) -> str:
     return _ANSI.sub("", done.stdout)
 
 
-def with_faulthandler(pid: int, directory: str | Path, timeout: float = 5.0) -> str:
-    """The stack the engine's faulthandler writes on SIGUSR1 (see arm)."""
+def with_faulthandler(pid: int, directory: str | Path, timeout: float = 5.0,
+                      send: Callable[[int, int], None] = os.kill) -> str:
+    """The stack the engine's faulthandler writes on SIGUSR1 (see arm); send(pid, signal)
+    delivers the signal (os.kill here; through Slurm for an engine on another host)."""
     path = stack_file(directory, pid)
     if not path.exists():
         raise RuntimeError("its faulthandler is not armed (the engine has not joined a group)")
     header = path.read_text().splitlines()[0]
     with open(path, "w") as f:  # the engine keeps appending at its own offset: start clean
         f.write(header + "\n")
-    os.kill(pid, STACK_SIGNAL)
+    send(pid, STACK_SIGNAL)
     deadline, size, still = time.monotonic() + timeout, -1, 0
     while time.monotonic() < deadline:  # written from a signal handler: wait until it stops
         time.sleep(0.02)
@@ -97,8 +100,16 @@ def with_faulthandler(pid: int, directory: str | Path, timeout: float = 5.0) -> 
     raise RuntimeError(f"no stack was written within {timeout:g} s")
 
 
-def take(pid: int, directory: str | Path | None, native: bool = False) -> str:
-    """One process's stack: py-spy if it can attach, else faulthandler, else why neither."""
+def take(pid: int, directory: str | Path | None, native: bool = False,
+         send: Callable[[int, int], None] | None = None) -> str:
+    """One process's stack: py-spy if it can attach, else faulthandler, else why neither.
+    With send (a process on another host, signalled through send), faulthandler only."""
+    if send is not None and directory is not None:
+        try:
+            return ("(on another host: stack written by the engine's faulthandler)\n"
+                    + with_faulthandler(pid, directory, send=send))
+        except (RuntimeError, OSError) as e:
+            return f"(no stack: {e})"
     try:
         return with_py_spy(pid, native=native)
     except RuntimeError as first:
@@ -111,11 +122,14 @@ def take(pid: int, directory: str | Path | None, native: bool = False) -> str:
             return f"(no stack: {first}; faulthandler: {second})"
 
 
-def take_many(pids: dict[int, int], directory: str | Path | None,
-              native: bool = False) -> dict[int, str]:
-    """{key: stack} for {key: pid}, all taken at once (8 ranks take about as long as one)."""
+def take_many(pids: dict[int, int], directory: str | Path | None, native: bool = False,
+              senders: dict[int, Callable[[int, int], None]] | None = None) -> dict[int, str]:
+    """{key: stack} for {key: pid}, all taken at once (8 ranks take about as long as one);
+    senders: {key: send} for processes on other hosts (see take)."""
+    senders = senders or {}
     with ThreadPoolExecutor(max_workers=max(1, len(pids))) as pool:
-        futures = {key: pool.submit(take, pid, directory, native) for key, pid in pids.items()}
+        futures = {key: pool.submit(take, pid, directory, native, senders.get(key))
+                   for key, pid in pids.items()}
         return {key: f.result() for key, f in futures.items()}
 
 
