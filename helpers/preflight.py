@@ -135,8 +135,11 @@ def cluster_lines(backend: str, n: int, nbytes: int = 16 * 2**20) -> list[Line]:
     try:
         cluster.px("t = torch.ones(1, device=device); dist.all_reduce(t)\n"
                    "assert t.item() == world_size, f'rank {rank}: {t.item()}'")
+        hosts = sorted({r.host for r in cluster.ranks})
+        where = f", launcher {cluster.launcher} on {', '.join(hosts)}" \
+            if cluster.launcher != "local" else ""
         lines = [Line(what, f"started and all-reduced in {time.perf_counter() - started:.1f} s"
-                            f" (devices {sorted({r.device for r in cluster.ranks})})")]
+                            f" (devices {sorted({r.device for r in cluster.ranks})}{where})")]
         if n >= 2:
             times = cluster.view.apply_sync(_measure, nbytes, 5)[0]
             stored = stored_bandwidths() if backend == "gloo" else {}
