@@ -123,6 +123,7 @@ class Cluster:
         self.nodes, self.sbatch = nodes, list(sbatch or [])
         self.jobs: list[str] = []  # launcher "slurm": the engines' job of each start
         self._ending: list[str] = []  # jobs cancelled, not yet gone from the queue
+        self._threads: dict[int, int] = {}  # launcher "slurm": {rank: threads}, from its node
         self.controller_ip = "127.0.0.1"  # where engines reach the controller
         self.timeout, self.start_timeout, self.cell_timeout = timeout, start_timeout, cell_timeout
         self.threads = threads_per_rank(os.cpu_count() or 1, world_size // nodes)
@@ -367,6 +368,11 @@ class Cluster:
                      device_for(lr, self.backend), remote=by_id[eid]["host"] != here)
             for r, (eid, lr) in enumerate(zip(order, lranks))
         ]
+        if self.launcher == "slurm":  # each node's CPUs, shared by the ranks on it
+            hosts = [r.host for r in self.ranks]
+            per_host = {h: hosts.count(h) for h in hosts}
+            self._threads = {r.rank: threads_per_rank(by_id[r.engine_id]["cpus"], per_host[r.host])
+                             for r in self.ranks}
         self.view = self.client[[ri.engine_id for ri in self.ranks]]
         self.view.block = True
         if self._activate:
@@ -524,7 +530,8 @@ class Cluster:
         pending = {
             ri.rank: self.client[ri.engine_id].apply_async(
                 engine.join_process_group, ri.rank, self.world_size, ri.local_rank,
-                self.backend, ri.device, store, self.timeout, self.threads, interface,
+                self.backend, ri.device, store, self.timeout,
+                self._threads.get(ri.rank, self.threads), interface,
                 str(self.dir),
             )
             for ri in self.ranks

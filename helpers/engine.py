@@ -24,6 +24,7 @@ def describe() -> dict[str, Any]:
         "pid": os.getpid(),
         "host": socket.gethostname(),
         "n_gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        "cpus": cpus_here(),
         "nanny_pid": None,
     }
     try:  # the nanny relays signals (Ctrl-C in a %%px cell) to this engine
@@ -35,6 +36,18 @@ def describe() -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - ipyparallel internals: without them, no nanny pid
         pass
     return info
+
+
+def cpus_here() -> int:
+    """CPUs this engine's host gives it and its fellow ranks: a Slurm job's CPUs on the node
+    ($SLURM_CPUS_ON_NODE), else those this process may run on."""
+    slurm_cpus = os.environ.get("SLURM_CPUS_ON_NODE", "").strip()
+    if slurm_cpus.isdigit() and int(slurm_cpus) > 0:
+        return int(slurm_cpus)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
 
 
 def _make_store(store: dict[str, Any], rank: int, world_size: int, timeout: timedelta):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
 from system import need
 
 from helpers import calltrace, slurm
@@ -96,7 +97,8 @@ def _netns(pid: int) -> str:
 
 def test_four_ranks_on_two_nodes(slurm_env):
     t0 = time.perf_counter()
-    cluster = start_cluster(n=4, nodes=2, backend="gloo", launcher="slurm", activate=False)
+    cluster = start_cluster(n=4, nodes=2, backend="gloo", launcher="slurm", activate=False,
+                            sbatch=["--cpus-per-task=2"])  # each node: 4 CPUs for its 2 ranks
     started_in = time.perf_counter() - t0
     try:
         assert cluster.jobs and cluster.jobs[0] in _queue(), f"no job of {cluster.jobs} in squeue"
@@ -108,6 +110,11 @@ def test_four_ranks_on_two_nodes(slurm_env):
         # each rank's backend uses its interface on the nodes' network, found from the route
         interfaces = cluster.view.apply_sync(os.getenv, "GLOO_SOCKET_IFNAME")
         assert interfaces == ["eth0"] * 4, f"GLOO_SOCKET_IFNAME by engine: {interfaces}"
+        # each rank's CPU threads: its node's share of the job's CPUs (4 on each node here, for
+        # 2 ranks), not a share of the CPUs of the machine the notebook runs on
+        cpus = cluster.view.apply_sync(os.getenv, "SLURM_CPUS_ON_NODE")
+        threads = cluster.view.apply_sync(torch.get_num_threads)
+        assert cpus == ["4"] * 4 and threads == [2] * 4, f"threads {threads}, node CPUs {cpus}"
         # the controller runs in the head's namespace; nothing of the course listens outside
         # loopback in this machine's own namespace
         here = _netns(os.getpid())
