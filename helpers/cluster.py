@@ -124,7 +124,10 @@ class Cluster:
         self.jobs: list[str] = []  # launcher "slurm": the engines' job of each start
         self._ending: list[str] = []  # jobs cancelled, not yet gone from the queue
         self._threads: dict[int, int] = {}  # launcher "slurm": {rank: threads}, from its node
-        self.controller_ip = "127.0.0.1"  # where engines reach the controller
+        # where engines reach the controller: loopback, or (Slurm) this machine's address on
+        # the nodes' network (a ClusterConfigError before anything is made, if it has none)
+        self.controller_ip = "127.0.0.1" if launcher != "slurm" else \
+            controller_address(os.environ, _resolved_hostname())
         self.timeout, self.start_timeout, self.cell_timeout = timeout, start_timeout, cell_timeout
         self.threads = threads_per_rank(os.cpu_count() or 1, world_size // nodes)
         self.ranks: list[RankInfo] = []
@@ -197,7 +200,7 @@ class Cluster:
                    OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         namespace = [unshare, *own_network(os.geteuid()), "--kill-child", "sh", "-c",
                      f'{ip} link set lo up && exec "$0" "$@"', mpiexec]
-        self._link_engine_sockets()
+        self._link_sockets("engine")
         self._ipp.engine_launcher_class = "mpi"
         set_id = self._ipp.start_engines_sync(
             self.world_size, engine_args=self._engine_argv(), environment=env,
@@ -270,9 +273,6 @@ class Cluster:
         self.client = self._ipp.connect_client_sync()
         hub = psutil.Process(self._ipp.controller.pid)  # the hub, and its schedulers (children)
         self._controller_pids = [hub.pid] + [p.pid for p in hub.children(recursive=True)]
-
-    def _link_engine_sockets(self) -> None:
-        self._link_sockets("engine")
 
     def _link_sockets(self, side: str) -> None:
         """ipyparallel's controller binds its Unix sockets as engine-PORT (client-PORT), and
@@ -350,12 +350,11 @@ class Cluster:
         polled = time.monotonic()
         while len(new := set(self.client.ids) - old) < self.world_size:
             dead = [pid for pid in pids if px.is_dead(pid)]
-            if self.jobs and time.monotonic() - polled > 1:  # Slurm: ask how the job is doing
-                self._check_job(logs[0], len(new), deadline)
+            late = time.monotonic() > deadline
+            if self.jobs and (late or time.monotonic() - polled > 1):  # Slurm: how is the job?
+                self._check_job(logs[0], len(new), deadline)  # (raises once late)
                 polled = time.monotonic()
-            if dead or time.monotonic() > deadline:
-                if self.jobs:
-                    self._check_job(logs[0], len(new), deadline)
+            if dead or late:
                 raise ClusterError(self._missing_message(pids, logs, len(new), dead))
             time.sleep(0.01)
         infos = self.client[sorted(new)].apply_async(engine.describe).get(self.start_timeout)
@@ -705,8 +704,6 @@ def start_cluster(
     chosen = choose_backend(world_size, n_gpus, backend)
     cluster = Cluster(world_size, chosen, timeout=timeout, start_timeout=start_timeout,
                       cell_timeout=cell_timeout, launcher=how, nodes=hosts, sbatch=options)
-    if how == "slurm":
-        cluster.controller_ip = controller_address(os.environ, _resolved_hostname())
     try:
         cluster.start(activate=activate)
     except BaseException:

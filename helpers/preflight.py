@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from . import slurm
 from .text import format_bytes, table
 
 OK, NOTE, BLOCKER = "ok", "note", "BLOCKER"
@@ -188,8 +189,8 @@ def report() -> list[Line]:
                                "for cluster.stacks() (notebook 06 falls back to faulthandler)"))
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     lines.append(optional_line("Chromium", bool(browser), "for the browser tests of `make test`"))
-    slurm = [shutil.which(c) for c in ("sbatch", "squeue", "scancel", "srun")]
-    lines.append(optional_line("Slurm (sbatch, squeue, scancel, srun)", all(slurm),
+    lines.append(optional_line(f"Slurm ({', '.join(slurm.COMMANDS)})",
+                               not slurm.missing_commands(),
                                "for COURSE_LAUNCHER=slurm (README) and notebook 07's job "
                                "submission (it skips it otherwise)"))
     mpi = [shutil.which(c) for c in ("mpiexec", "unshare", "ip")]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+import psutil
 import pytest
 
 REQUIRE = "COURSE_REQUIRE_SYSTEM"
@@ -21,3 +22,22 @@ def need(available: object, reason: str) -> None:
     if os.environ.get(REQUIRE) == "1":
         pytest.fail(f"{reason} ({REQUIRE}=1: CI must run this test)")
     pytest.skip(reason)
+
+
+def net_namespace(pid: int) -> str:
+    """The network namespace of a process (as its /proc link names it)."""
+    return os.readlink(f"/proc/{pid}/ns/net")
+
+
+def alive(pids: list[int]) -> list[int]:
+    """The pids that still run (a zombie does not count)."""
+    return [p for p in pids if psutil.pid_exists(p)
+            and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def listening_outside_loopback(pids: list[int]) -> list[tuple[int, str]]:
+    """(pid, address) of the listening sockets these processes hold outside loopback, in this
+    process's network namespace."""
+    return [(c.pid, c.laddr.ip) for c in psutil.net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN and c.pid in pids
+            and c.laddr.ip not in ("127.0.0.1", "::1")]

@@ -15,7 +15,7 @@ import time
 
 import psutil
 import pytest
-from system import need
+from system import alive, listening_outside_loopback, need, net_namespace
 
 from helpers.cluster import ClusterError, start_cluster
 from helpers.topology import own_network
@@ -38,10 +38,6 @@ def mpi_ready():
     need(_namespaces_work(), "no network namespace can be made here (unshare --net)")
 
 
-def _net_namespace(pid: int) -> str:
-    return os.readlink(f"/proc/{pid}/ns/net")
-
-
 def test_three_ranks_under_mpiexec_all_reduce_interrupt_restart_and_stop(mpi_ready):
     cluster = start_cluster(n=3, backend="gloo", launcher="mpi", activate=False)
     try:
@@ -52,11 +48,9 @@ def test_three_ranks_under_mpiexec_all_reduce_interrupt_restart_and_stop(mpi_rea
             parents = [p.name() for p in psutil.Process(r.pid).parents()]
             assert "mpiexec" in parents, f"rank {r.rank}: started by {parents}"
             # ...in a network namespace other than this machine's
-            assert _net_namespace(r.pid) != _net_namespace(os.getpid()), f"rank {r.rank}"
-        here = _net_namespace(os.getpid())
-        outside = [(c.pid, c.laddr.ip) for c in psutil.net_connections(kind="inet")
-                   if c.status == psutil.CONN_LISTEN and c.pid in cluster.pids()
-                   and c.laddr.ip not in ("127.0.0.1", "::1")]
+            assert net_namespace(r.pid) != net_namespace(os.getpid()), f"rank {r.rank}"
+        here = net_namespace(os.getpid())
+        outside = listening_outside_loopback(cluster.pids())
         assert not outside, f"cluster processes listen outside loopback here ({here}): {outside}"
         stuck = cluster.view.execute("import time; time.sleep(60)", block=False)
         time.sleep(0.5)
@@ -71,9 +65,7 @@ def test_three_ranks_under_mpiexec_all_reduce_interrupt_restart_and_stop(mpi_rea
         started = cluster.pids()
     finally:
         cluster.stop()
-    alive = [p for p in started if psutil.pid_exists(p)
-             and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    assert not alive, f"processes left after stop(): {alive}"
+    assert not alive(started), f"processes left after stop(): {alive(started)}"
 
 
 def test_no_mpiexec_is_a_clear_error_and_leaves_nothing(mpi_ready, monkeypatch, tmp_path):

@@ -18,10 +18,9 @@ import textwrap
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
-from system import need
+from system import alive, listening_outside_loopback, need, net_namespace
 
 from helpers import calltrace, slurm
 from helpers.cluster import ClusterError, start_cluster
@@ -86,15 +85,6 @@ def _queue() -> list[str]:
     return slurm.run(["squeue", "-h", "-o", "%i %T"]).split()
 
 
-def _alive(pids: list[int]) -> list[int]:
-    return [p for p in pids if psutil.pid_exists(p)
-            and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-
-
-def _netns(pid: int) -> str:
-    return os.readlink(f"/proc/{pid}/ns/net")
-
-
 def test_four_ranks_on_two_nodes(slurm_env):
     t0 = time.perf_counter()
     cluster = start_cluster(n=4, nodes=2, backend="gloo", launcher="slurm", activate=False,
@@ -117,12 +107,10 @@ def test_four_ranks_on_two_nodes(slurm_env):
         assert cpus == ["4"] * 4 and threads == [2] * 4, f"threads {threads}, node CPUs {cpus}"
         # the controller runs in the head's namespace; nothing of the course listens outside
         # loopback in this machine's own namespace
-        here = _netns(os.getpid())
+        here = net_namespace(os.getpid())
         controller = cluster._controller_pids[0]
-        assert _netns(controller) != here, "the controller runs in this machine's namespace"
-        outside = [(c.pid, c.laddr.ip) for c in psutil.net_connections(kind="inet")
-                   if c.status == psutil.CONN_LISTEN and c.pid in cluster.pids()
-                   and c.laddr.ip not in ("127.0.0.1", "::1")]
+        assert net_namespace(controller) != here, "the controller runs in this machine's namespace"
+        outside = listening_outside_loopback(cluster.pids())
         assert not outside, f"cluster processes listen outside loopback: {outside}"
 
         # the call record of every rank, fetched from the nodes
@@ -143,7 +131,7 @@ def test_four_ranks_on_two_nodes(slurm_env):
         t0 = time.perf_counter()
         cluster.restart()
         restarted_in = time.perf_counter() - t0
-        assert not _alive(before), f"engines of the old job still run: {_alive(before)}"
+        assert not alive(before), f"engines of the old job still run: {alive(before)}"
         assert old_job not in _queue(), f"job {old_job} still in squeue after restart()"
         assert [r.host for r in cluster.ranks] == ["node1", "node1", "node2", "node2"]
         cluster.px(ALL_REDUCE)
@@ -152,7 +140,7 @@ def test_four_ranks_on_two_nodes(slurm_env):
         cluster.stop()
     assert job not in _queue(), f"job {job} still in squeue after stop(): {_queue()}"
     assert not _queue(), f"jobs left in squeue: {_queue()}"
-    assert not _alive(engines), f"engines left after stop(): {_alive(engines)}"
+    assert not alive(engines), f"engines left after stop(): {alive(engines)}"
     print(f"4 ranks on 2 Slurm nodes: start {started_in:.1f} s, restart {restarted_in:.1f} s")
 
 
@@ -190,10 +178,10 @@ def test_a_killed_kernel_takes_its_slurm_job_with_it(slurm_env, tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         deadline = time.monotonic() + 30
-        while (job in _queue() or _alive(pids)) and time.monotonic() < deadline:
+        while (job in _queue() or alive(pids)) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert job not in _queue(), f"job {job} still queued 30 s after the kernel died"
-        assert not _alive(pids), f"engines {_alive(pids)} alive 30 s after the kernel died"
+        assert not alive(pids), f"engines {alive(pids)} alive 30 s after the kernel died"
     finally:
         if proc.poll() is None:
             proc.kill()
