@@ -488,8 +488,14 @@ class Cluster:
                 else stacks.summary(text) for r, text in self.stacks(ranks).items()}
 
     def interrupt(self, ranks: list[int] | None = None) -> None:
-        """Send SIGINT to the engines of the ranks (all by default), like Ctrl-C in a %%px cell."""
+        """Send SIGINT to the engines of the ranks (all by default), like Ctrl-C in a %%px cell,
+        and wait (px.INTERRUPT_WAIT at most) until they have answered what they were running,
+        so that the next request reaches free engines (a busy one would drop it)."""
         self.signal("SIGINT", ranks)
+        chosen = self.ranks if ranks is None else [self.ranks[r] for r in ranks]
+        if busy := px.wait_idle(self.client, chosen, px.INTERRUPT_WAIT):
+            print(f"rank(s) {busy} still running after Ctrl-C: blocked inside the backend (a "
+                  "collective or recv), which they leave at the group's timeout")
 
     def signal(self, sig: str | int, ranks: list[int] | None = None) -> None:
         """Send a signal (a name such as 'SIGINT', or a number) to the ranks' engines."""

@@ -86,13 +86,44 @@ def error_of(future: Any) -> BaseException | None:
     return future.result() if isinstance(future.result(), BaseException) else None
 
 
+DROPPED = "did not run it: its engine dropped it"
+WHY_DROPPED = ("An engine drops the requests queued behind one that failed or was interrupted "
+               "there, as a Jupyter kernel drops the cells queued behind an error: run it again.")
+
+
 def failures(result: Any, rank_of: dict[int, Any]) -> dict[int, str]:
-    """Rank -> first line of its error, for every rank whose part of `result` failed."""
+    """Rank -> first line of its error, for every rank whose part of `result` failed or was
+    dropped unrun (DROPPED)."""
     found = {}
     for engine_id, future in zip(result._targets, result._children):
-        if (err := error_of(future)) is not None:
+        if isinstance(err := error_of(future), ipp_error.TaskAborted):
+            found[rank_of[engine_id].rank] = DROPPED
+        elif err is not None:
             found[rank_of[engine_id].rank] = first_line(err)
     return dict(sorted(found.items()))
+
+
+def dropped(result: Any, rank_of: dict[int, Any]) -> list[int]:
+    """Ranks whose engine dropped its part of `result` unrun (ipyparallel's TaskAborted: an
+    answer without an error that a caller could otherwise take for success)."""
+    return [rank for rank, why in failures(result, rank_of).items() if why == DROPPED]
+
+
+def busy_ranks(client: Any, ranks: Sequence[Any]) -> list[int]:
+    """Ranks (RankInfo) with a request sent by this client that has not been answered yet."""
+    waiting = getattr(client, "_outstanding_dict", {})  # engine uuid -> unanswered msg ids
+    return [r.rank for r in ranks if waiting.get(client._engines.get(r.engine_id))]
+
+
+def wait_idle(client: Any, ranks: Sequence[Any], wait: float) -> list[int]:
+    """Wait up to `wait` seconds until the ranks have answered every request; those that
+    have not (after an interrupt: a rank blocked inside the backend, which Ctrl-C reaches only
+    when the call returns). A request sent to a rank still busy with one that fails or was
+    interrupted would be dropped there (DROPPED)."""
+    deadline = time.monotonic() + wait
+    while (busy := busy_ranks(client, ranks)) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return busy
 
 
 def describe_failure(failed: dict[int, str], dead: list[int], silent: list[int],
@@ -109,7 +140,9 @@ def describe_failure(failed: dict[int, str], dead: list[int], silent: list[int],
         lines.append(f"rank(s) {silent} did not answer within {timeout:g} s "
                      "(a hang: a collective or recv that no other rank matches?).")
     if failed and not dead and not silent:
-        lines.append(f"the code failed on rank(s) {list(failed)}:")
+        lines.append(f"the code failed on rank(s) {list(failed)}:" if any(
+            why != DROPPED for why in failed.values()) else f"rank(s) {list(failed)} did not run "
+            "the code:")
     for rank in sorted(set(failed) | set(silent) | set(dead)):
         if rank in dead:
             lines.append(f"  rank {rank}: process gone")
@@ -120,6 +153,8 @@ def describe_failure(failed: dict[int, str], dead: list[int], silent: list[int],
             lines.append(f"  rank {rank}: still running{at}" + (
                 " (waiting for the dead rank until its timeout)" if dead
                 else f"; cluster.interrupt([{rank}]) sends it Ctrl-C"))
+    if DROPPED in failed.values():
+        lines.append(WHY_DROPPED)
     if dead or silent:
         lines.append(RECOVER)
     return "\n".join(lines)
@@ -268,6 +303,9 @@ def labelled_by_rank(result: Any, rank_of: dict[int, Any]) -> Iterator[None]:
 
 
 OUTPUT_WAIT = 5.0  # seconds to wait for the output of ranks that have answered (rarely > 0.1)
+# seconds an interrupted cell waits for the ranks to answer, so that the next cell does not
+# reach an engine still busy with this one (it would be dropped there, see DROPPED)
+INTERRUPT_WAIT = 1.0
 
 
 class CourseMagics(ParallelMagics):
@@ -314,6 +352,9 @@ class CourseMagics(ParallelMagics):
                 # every rank has answered; its output may still be on the way (once a rank
                 # was interrupted, a second or more): streaming ends when this returns
                 result.wait_for_output(OUTPUT_WAIT)
+                if dropped(result, rank_of):  # ipyparallel shows these as a success
+                    failed = failures(result, rank_of)
+                    raise RankError(describe_failure(failed, [], [], None), failed, [], [])
                 try:
                     result.get(0)
                 except ipp_error.CompositeError as e:
@@ -321,8 +362,14 @@ class CourseMagics(ParallelMagics):
                         raise ipp_error.AlreadyDisplayedError(e) from None
                     raise
         except KeyboardInterrupt:
-            print(f"Interrupted: sending {signal} to the ranks' engines", flush=True)
             self.cluster.signal(signal, [r.rank for r in ranks])
+            still = wait_idle(self.view.client, ranks, INTERRUPT_WAIT)
+            print(f"Interrupted: sent {signal} to the ranks' engines; " + (
+                f"rank(s) {still} still running the cell after {INTERRUPT_WAIT:g} s ({signal} "
+                "reaches Python code, not a collective or recv waiting inside the backend, "
+                "which ends at the group's timeout). The next cell waits behind it there; "
+                "cluster.where() shows where they are." if still else
+                "every rank has answered."), flush=True)
         finally:
             if not stream and result.ready():  # a rank still running has nothing to show yet
                 result.wait_for_output(OUTPUT_WAIT)

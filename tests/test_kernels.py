@@ -110,7 +110,7 @@ except KeyboardInterrupt:
 """, delay=1.5)
     print(f"sleeping cell returned {seconds:.2f} s after the interrupt")
     assert seconds < 3, outputs
-    assert "Interrupted: sending SIGINT" in outputs
+    assert "Interrupted: sent SIGINT" in outputs
     assert b.run("print(cluster.view['interrupted'])").strip() == "[True, True]"
     # stuck inside a collective: the cell returns at once, the engines when the wait times out
     seconds, _, outputs = interrupt_after(

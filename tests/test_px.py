@@ -90,3 +90,70 @@ def test_live_output_that_came_before_streaming_keeps_one_display_per_rank(clust
     texts = sorted(shown.values())
     assert texts == [f"[stdout:{r}] hello from {r}\n" for r in range(3)], texts
     assert "-stdout" not in shown, "a display shared by every rank"
+
+
+def test_a_report_of_dropped_ranks_says_why_once():
+    from helpers.px import DROPPED, WHY_DROPPED
+
+    text = describe_failure({1: DROPPED, 2: DROPPED}, [], [], None)
+    assert text.startswith("rank(s) [1, 2] did not run the code:"), text
+    assert f"rank 1: {DROPPED}" in text and text.count(WHY_DROPPED) == 1, text
+    mixed = describe_failure({0: "ValueError: bad", 2: DROPPED}, [], [], None)
+    assert mixed.startswith("the code failed on rank(s) [0, 2]:") and WHY_DROPPED in mixed, mixed
+
+
+def _magic(cluster):
+    """An IPython shell with the course's %%px for this cluster."""
+    from IPython.testing.globalipapp import start_ipython
+
+    from helpers.px import CourseMagics
+
+    shell = start_ipython() or __import__("IPython").get_ipython()
+    shell.magics_manager.register(CourseMagics(shell, cluster.view, cluster))
+    return shell
+
+
+def test_a_cell_that_a_rank_dropped_is_an_error_naming_it_never_a_success(cluster3):
+    """A %%px cell that reached rank 2 while it was still in an interrupted cell: the engine
+    drops it (as a Jupyter kernel drops cells queued behind an error) and ipyparallel reports
+    that as a success. The course names the rank."""
+    import signal
+    import threading
+    import time
+
+    import pytest
+
+    from helpers.px import DROPPED, RankError
+
+    shell = _magic(cluster3)
+    cluster3.view.execute("import time\ntime.sleep(60)", silent=False, block=False)
+    time.sleep(1)
+    cluster3.signal("SIGINT", [0, 1])
+    late = threading.Timer(0.5, os.kill, (cluster3.ranks[2].pid, signal.SIGINT))
+    late.start()
+    try:
+        with pytest.raises(RankError) as caught:
+            shell.run_cell_magic("px", "", "ran_it = True")
+    finally:
+        late.join()
+    assert 2 in caught.value.failed and caught.value.failed[2] == DROPPED, str(caught.value)
+    cluster3.view.execute("ran = globals().pop('ran_it', False)", block=True)
+    ran = cluster3.view.pull("ran", block=True)
+    assert [r for r in range(3) if not ran[r]] == sorted(caught.value.failed), (ran, caught.value)
+
+
+def test_the_cell_after_an_interrupted_one_runs_on_every_rank(cluster3, capsys):
+    """The stop button (a KeyboardInterrupt in the kernel) during a %%px cell, and the next
+    cell at once: the interrupted cell waits until every rank has answered it, so the next one
+    reaches no engine still busy with it (which would drop it). 3 rounds."""
+    import _thread
+    import threading
+
+    shell = _magic(cluster3)
+    for round_ in range(3):
+        threading.Timer(1.0, _thread.interrupt_main).start()
+        shell.run_cell_magic("px", "", "import time\ntime.sleep(60)")
+        assert "every rank has answered" in capsys.readouterr().out
+        shell.run_cell_magic("px", "", f"answered = {round_}")
+        got = cluster3.view.pull("answered", block=True)
+        assert got == [round_] * 3, f"round {round_}: ranks answered {got}"
