@@ -16,11 +16,14 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from datetime import datetime
 from typing import Any
 
 import ipyparallel as ipp
 import psutil
 from ipyparallel import error as ipp_error
+from ipyparallel import util as ipp_util
+from ipyparallel.client import asyncresult as ipp_asyncresult
 from ipyparallel.client.magics import ParallelMagics
 
 from .text import first_line
@@ -30,6 +33,28 @@ CONTROLLER_GONE = ("the controller is gone (its process exited), so the notebook
                    "engines (variables on the engines are lost), or re-run the setup cell.")
 RECOVER = ("Recover with cluster.restart() (fresh engines, new process group; variables on "
            "the engines are lost) or cluster.form_group() (new group, same engines).")
+
+
+def parse_date(text: Any, _general: Callable[[Any], Any] = ipp_util._parse_date) -> Any:
+    """ipyparallel's timestamp parsing, the same results about 50 times faster.
+
+    ipyparallel parses the timestamps of every reply (when a rank started and ended a cell)
+    with dateutil's general-purpose parser: about 30 us each, 12 per %%px cell at 4 ranks, in
+    the notebook's process, which the ranks' replies wait for. Its timestamps are ISO 8601 with
+    a time zone, which datetime.fromisoformat reads; anything else goes to ipyparallel's parser.
+    """
+    if isinstance(text, str) and ipp_util.ISO8601_PAT.match(text):
+        try:
+            parsed = datetime.fromisoformat(text)
+        except ValueError:
+            return _general(text)
+        if parsed.tzinfo is not None:
+            return parsed
+    return _general(text)
+
+
+if getattr(ipp_util, "_parse_date", None) is not None and hasattr(ipp_util, "ISO8601_PAT"):
+    ipp_util._parse_date = ipp_asyncresult._parse_date = parse_date
 
 
 class RankError(RuntimeError):
@@ -205,6 +230,8 @@ def wait_for_ranks(result: Any, rank_of: dict[int, Any], timeout: float,
         if now > deadline or (first_death and now - first_death > grace):
             break
     pending = [m for m in result.msg_ids if m in client.outstanding]
+    if not pending:  # every rank answered: whether one has died since is the next cell's news
+        return
     dead = sorted({rank_of[e].rank for e in result._targets if rank_gone(rank_of[e], client)})
     silent = sorted(rank_of[by_msg[m]].rank for m in pending if rank_of[by_msg[m]].rank not in dead)
     if dead or silent:
