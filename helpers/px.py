@@ -366,7 +366,8 @@ class CourseMagics(ParallelMagics):
         stream = self.stream_output if stream_output is None else stream_output
         signal = self.signal_on_interrupt if signal_on_interrupt is None else signal_on_interrupt
         ranks = self._targeted_ranks()
-        check_controller(self.cluster.controller_gone, ranks)
+        # a dead controller is named by the wait below, once no answer came within its first
+        # poll (50 ms): checking its processes before every cell would cost more than that
         result, rank_of = submit(self.view.client, ranks, cell, silent=False)
         self.last_result = result
         if save_name:

@@ -187,3 +187,23 @@ def test_timestamps_are_parsed_as_ipyparallel_parses_them_and_by_the_course_pars
         naive = parse_date("2026-11-22T18:09:57.25")
     assert naive.tzinfo is not None
     assert naive.replace(tzinfo=None) == general("2026-11-22T18:09:57.25")
+
+
+def test_a_px_cell_names_a_dead_controller_at_once():
+    """The magic checks the controller only when no answer came within the first poll."""
+    import signal
+    import time
+
+    import pytest
+
+    from helpers import start_cluster
+    from helpers.px import RankError
+
+    with start_cluster(n=2, activate=False, cell_timeout=20) as cluster:
+        shell = _magic(cluster)
+        for pid in cluster._controller_pids:  # the hub and its schedulers
+            os.kill(pid, signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(RankError, match="the controller is gone") as err:
+            shell.run_cell_magic("px", "", "x = 1")
+        assert time.monotonic() - start < 2 and "did not answer" not in str(err.value)
