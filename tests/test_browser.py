@@ -237,6 +237,8 @@ def check_stop_button_and_shutdown(page, lab) -> None:
     wait_for(page, "app.shell.currentWidget.sessionContext.session.kernel.status === 'idle'", 20)
     stopped = time.monotonic() - start
     assert stopped < 10, f"the stop button took {stopped:.1f} s"
+    said = "".join(text_of(o) for o in js(page, OUTPUTS)[-1])
+    assert "every rank has answered" in said, f"the stopped cell says: {said!r}"
     add_cell(page, "%%px\nanswered = rank\nprint('answering', rank)")
     wait_for(page, f"{CELLS}.at(-1).executionCount !== null && "
                    "app.shell.currentWidget.sessionContext.session.kernel.status === 'idle'", 30)
