@@ -49,12 +49,13 @@ notebooks: install
 	$(PY) -m pytest --nbval --nbval-current-env --nbval-cell-timeout=240 \
 		--nbval-sanitize-with tests/sanitize.cfg $(NOTEBOOKS)
 
+# the browser suite is `make browser` (CI runs both)
 test: lint
-	$(PY) -m pytest tests --nbval --nbval-current-env --nbval-cell-timeout=240 \
-		--nbval-sanitize-with tests/sanitize.cfg $(NOTEBOOKS)
+	$(PY) -m pytest tests --ignore=tests/test_browser.py --nbval --nbval-current-env \
+		--nbval-cell-timeout=240 --nbval-sanitize-with tests/sanitize.cfg $(NOTEBOOKS)
 
-# every notebook run top to bottom in a real browser, Run All from the menu (about 4 minutes;
-# `make test` runs notebook 00 there, with the stop button and a kernel shutdown)
+# every lesson notebook run top to bottom in a real browser, Run All from the menu, with the
+# stop button and a kernel shutdown in 00 (about 4 minutes); CI runs it after `make test`
 browser: install
 	COURSE_BROWSER_ALL=1 $(PY) -m pytest tests/test_browser.py
 

@@ -28,7 +28,7 @@ SHOTS = ROOT / ".screenshots"
 CHROMIUM = os.environ.get("COURSE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 # every lesson notebook with COURSE_BROWSER_ALL=1 (`make browser`, which .ci/run runs after
-# `make test`); otherwise 00 alone
+# `make test`); otherwise (`pytest tests`) 00 alone
 RUN_ALL = NOTEBOOKS if os.environ.get("COURSE_BROWSER_ALL") == "1" else NOTEBOOKS[:1]
 
 try:
