@@ -494,8 +494,7 @@ class Cluster:
         self.signal("SIGINT", ranks)
         chosen = self.ranks if ranks is None else [self.ranks[r] for r in ranks]
         if busy := px.wait_idle(self.client, chosen, px.INTERRUPT_WAIT):
-            print(f"rank(s) {busy} still running after Ctrl-C: blocked inside the backend (a "
-                  "collective or recv), which they leave at the group's timeout")
+            print(px.still_running(busy, "SIGINT"))
 
     def signal(self, sig: str | int, ranks: list[int] | None = None) -> None:
         """Send a signal (a name such as 'SIGINT', or a number) to the ranks' engines."""

@@ -53,8 +53,7 @@ def parse_date(text: Any, _general: Callable[[Any], Any] = ipp_util._parse_date)
     return _general(text)
 
 
-if getattr(ipp_util, "_parse_date", None) is not None and hasattr(ipp_util, "ISO8601_PAT"):
-    ipp_util._parse_date = ipp_asyncresult._parse_date = parse_date
+ipp_util._parse_date = ipp_asyncresult._parse_date = parse_date  # ipyparallel 9.2 (pinned)
 
 
 class RankError(RuntimeError):
@@ -128,15 +127,9 @@ def failures(result: Any, rank_of: dict[int, Any]) -> dict[int, str]:
     return dict(sorted(found.items()))
 
 
-def dropped(result: Any, rank_of: dict[int, Any]) -> list[int]:
-    """Ranks whose engine dropped its part of `result` unrun (ipyparallel's TaskAborted: an
-    answer without an error that a caller could otherwise take for success)."""
-    return [rank for rank, why in failures(result, rank_of).items() if why == DROPPED]
-
-
 def busy_ranks(client: Any, ranks: Sequence[Any]) -> list[int]:
     """Ranks (RankInfo) with a request sent by this client that has not been answered yet."""
-    waiting = getattr(client, "_outstanding_dict", {})  # engine uuid -> unanswered msg ids
+    waiting = client._outstanding_dict  # engine uuid -> unanswered msg ids
     return [r.rank for r in ranks if waiting.get(client._engines.get(r.engine_id))]
 
 
@@ -149,6 +142,16 @@ def wait_idle(client: Any, ranks: Sequence[Any], wait: float) -> list[int]:
     while (busy := busy_ranks(client, ranks)) and time.monotonic() < deadline:
         time.sleep(0.005)
     return busy
+
+
+def still_running(busy: list[int], sig: str) -> str:
+    """What an interrupt left running, and why (wait_idle's answer), in one sentence."""
+    if not busy:
+        return "every rank has answered."
+    return (f"rank(s) {busy} still running after {INTERRUPT_WAIT:g} s ({sig} reaches Python "
+            "code, not a collective or recv waiting inside the backend, which they leave at the "
+            "group's timeout). The next cell waits behind it there; cluster.where() shows where "
+            "they are.")
 
 
 def describe_failure(failed: dict[int, str], dead: list[int], silent: list[int],
@@ -380,8 +383,8 @@ class CourseMagics(ParallelMagics):
                 # every rank has answered; its output may still be on the way (once a rank
                 # was interrupted, a second or more): streaming ends when this returns
                 result.wait_for_output(OUTPUT_WAIT)
-                if dropped(result, rank_of):  # ipyparallel shows these as a success
-                    failed = failures(result, rank_of)
+                failed = failures(result, rank_of)
+                if DROPPED in failed.values():  # ipyparallel shows a dropped cell as a success
                     raise RankError(describe_failure(failed, [], [], None), failed, [], [])
                 try:
                     result.get(0)
@@ -391,13 +394,9 @@ class CourseMagics(ParallelMagics):
                     raise
         except KeyboardInterrupt:
             self.cluster.signal(signal, [r.rank for r in ranks])
-            still = wait_idle(self.view.client, ranks, INTERRUPT_WAIT)
-            print(f"Interrupted: sent {signal} to the ranks' engines; " + (
-                f"rank(s) {still} still running the cell after {INTERRUPT_WAIT:g} s ({signal} "
-                "reaches Python code, not a collective or recv waiting inside the backend, "
-                "which ends at the group's timeout). The next cell waits behind it there; "
-                "cluster.where() shows where they are." if still else
-                "every rank has answered."), flush=True)
+            busy = wait_idle(self.view.client, ranks, INTERRUPT_WAIT)
+            print(f"Interrupted: sent {signal} to the ranks' engines; "
+                  f"{still_running(busy, signal)}", flush=True)
         finally:
             if not stream and result.ready():  # a rank still running has nothing to show yet
                 result.wait_for_output(OUTPUT_WAIT)

@@ -117,6 +117,7 @@ except KeyboardInterrupt:
         b, "%%px\ngot = torch.zeros(1)\ndist.recv(got, src=(rank + 1) % world_size)", delay=1.0)
     print(f"cell stuck in recv returned {seconds:.2f} s after the interrupt")
     assert seconds < 3 and "Interrupted" in outputs, outputs
+    assert "rank(s) [0, 1] still running after 1 s" in outputs, outputs  # Ctrl-C cannot reach
     b.run("cluster.form_group()\n"
           "cluster.px('t = torch.ones(1); dist.all_reduce(t); assert t.item() == world_size')")
 

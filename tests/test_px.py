@@ -104,11 +104,13 @@ def test_a_report_of_dropped_ranks_says_why_once():
 
 def _magic(cluster):
     """An IPython shell with the course's %%px for this cluster."""
+    from IPython import get_ipython
     from IPython.testing.globalipapp import start_ipython
 
     from helpers.px import CourseMagics
 
-    shell = start_ipython() or __import__("IPython").get_ipython()
+    start_ipython()  # once per process; later calls return None
+    shell = get_ipython()
     shell.magics_manager.register(CourseMagics(shell, cluster.view, cluster))
     return shell
 
