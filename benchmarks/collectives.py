@@ -22,22 +22,17 @@ def measure(nbytes: int, warmup: int, repeats: int) -> dict[str, float]:
     import torch.distributed as dist
 
     from helpers.engine import whereami
-    from helpers.taught import ring_all_reduce
+    from helpers.taught import ring_all_reduce, send_0_to_1
     from helpers.timing import time_on_all_ranks
 
-    rank, n, device = whereami()
+    _, _, device = whereami()
     x = torch.ones(nbytes // 4, device=device)
-
-    def send_0_to_1() -> None:
-        if rank == 0:
-            dist.send(x, dst=1)
-        elif rank == 1:
-            dist.recv(x, src=0)
 
     def timed(fn):
         return time_on_all_ranks(fn, device, warmup=warmup, repeats=repeats)
 
-    return {"send/recv": timed(send_0_to_1), "all_reduce": timed(lambda: dist.all_reduce(x)),
+    return {"send/recv": timed(lambda: send_0_to_1(x)),
+            "all_reduce": timed(lambda: dist.all_reduce(x)),
             "ring": timed(lambda: ring_all_reduce(x))}
 
 

@@ -106,18 +106,12 @@ def _measure(nbytes: int, repeats: int) -> dict[str, float]:
     import torch.distributed as dist
 
     from helpers.engine import whereami
+    from helpers.taught import send_0_to_1
     from helpers.timing import time_on_all_ranks
 
-    rank, _, device = whereami()
+    _, _, device = whereami()
     x = torch.ones(nbytes // 4, device=device)
-
-    def send_0_to_1() -> None:
-        if rank == 0:
-            dist.send(x, dst=1)
-        elif rank == 1:
-            dist.recv(x, src=0)
-
-    return {"send/recv": time_on_all_ranks(send_0_to_1, device, repeats=repeats),
+    return {"send/recv": time_on_all_ranks(lambda: send_0_to_1(x), device, repeats=repeats),
             "all_reduce": time_on_all_ranks(lambda: dist.all_reduce(x), device, repeats=repeats)}
 
 

@@ -48,6 +48,16 @@ def ring_all_reduce(t: torch.Tensor, trace: list | None = None) -> torch.Tensor:
     return t
 
 
+def send_0_to_1(t: torch.Tensor) -> None:
+    """Rank 0 sends t to rank 1, which receives it into its t; the other ranks do nothing
+    (notebook 02's bandwidth lab)."""
+    rank = dist.get_rank()
+    if rank == 0:
+        dist.send(t, dst=1)
+    elif rank == 1:
+        dist.recv(t, src=0)
+
+
 # ---- notebook 03 -------------------------------------------------------------------------
 def average_gradients(model: nn.Module) -> None:
     """After backward(): replace each gradient by its mean over all ranks (notebook 03)."""

@@ -46,6 +46,20 @@ for numel in [world_size, 10, 1001]:
 """)
 
 
+def test_send_0_to_1_of_notebook_02(cluster3):
+    cluster3.view.execute(taught_in("02_collectives.ipynb", "send_0_to_1"), block=True)
+    cluster3.px("""
+from helpers import taught
+results = []
+for send in (send_0_to_1, taught.send_0_to_1):
+    t = torch.full((5,), float(rank + 1), device=device)
+    send(t)
+    results.append(t)
+assert torch.equal(results[0], results[1]), f"rank {rank}: {results}"
+assert results[1].tolist() == [1.0 if rank == 1 else rank + 1.0] * 5, f"rank {rank}: {results[1]}"
+""")
+
+
 def test_gradient_averages_of_notebook_03(cluster3):
     cluster3.view.execute(taught_in(
         "03_gradient_average.ipynb", "average_gradients", "average_bucket",
