@@ -111,3 +111,19 @@ def test_planted_traces_have_one_culprit_and_a_majority():
         traces, (seq, culprits) = checks.planted_traces(seed, size)
         assert len(traces) == size and len(culprits) == 1
         assert all(e["seq"] == i for t in traces.values() for i, e in enumerate(t))
+
+
+def test_an_in_notebook_checker_names_the_first_cases_wrong_and_the_error_once():
+    def wrong(traces):
+        if len(traces) == 2:
+            raise KeyError("seq")
+        return None
+
+    with pytest.raises(AssertionError) as caught:
+        checks.check_first_mismatch(wrong, trials=7)
+    lines = str(caught.value).splitlines()
+    assert lines[0] == "first_mismatch is not right yet:"
+    assert lines[1] == "  2 ranks, records #0: raised KeyError: 'seq'"
+    assert lines[2] == ("  3 ranks, records #1: returned None (a NoneType), "
+                        "expected (3, [1]) (a tuple)")
+    assert lines[-1] == "  ... and 1 more", lines  # 6 wrong of 7: record #4 agrees (None)
