@@ -182,7 +182,8 @@ def report() -> list[Line]:
     lines.append(optional_line("py-spy (stacks of stuck ranks)", py_spy() is not None,
                                "for cluster.stacks() (notebook 06 falls back to faulthandler)"))
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    lines.append(optional_line("Chromium", bool(browser), "for the browser tests of `make test`"))
+    lines.append(optional_line("Chromium", bool(browser),
+                               "for `make browser` (the browser suite, which CI runs)"))
     lines.append(optional_line(f"Slurm ({', '.join(slurm.COMMANDS)})",
                                not slurm.missing_commands(),
                                "for COURSE_LAUNCHER=slurm (README) and notebook 07's job "
