@@ -24,6 +24,7 @@ import functools
 import inspect
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -45,7 +46,9 @@ PEER_ARGS = ("dst", "src", "group_dst", "group_src")
 
 _calls: deque[dict[str, Any]] = deque(maxlen=256)
 _counters: dict[str, int] = {}
-_groups: dict[Any, tuple[str, tuple[int, ...]]] = {}
+# each group's label and ranks, held weakly: a destroyed group must be freed with its sockets
+# and threads (a check makes three groups; holding them leaked about 20 open files a check)
+_groups: weakref.WeakKeyDictionary[Any, tuple[str, tuple[int, ...]]] = weakref.WeakKeyDictionary()
 _originals: dict[str, Callable] = {}
 _local = threading.local()
 
@@ -195,14 +198,13 @@ def _group_info(group: Any) -> tuple[str, tuple[int, ...]]:
     """A short label for a process group and its global ranks (empty if this rank is outside)."""
     import torch.distributed as dist
 
-    key = group if group is not None else "world"
-    if key not in _groups:
-        pg = group if group is not None else dist.group.WORLD
-        if pg is None or isinstance(pg, int):  # not initialised, or this rank is not a member
-            return "none", ()
+    pg = group if group is not None else dist.group.WORLD
+    if pg is None or isinstance(pg, int):  # not initialised, or this rank is not a member
+        return "none", ()
+    if pg not in _groups:
         label = "world" if pg is dist.group.WORLD else f"group {getattr(pg, 'group_name', id(pg))}"
-        _groups[key] = (label, tuple(dist.get_process_group_ranks(pg)))
-    return _groups[key]
+        _groups[pg] = (label, tuple(dist.get_process_group_ranks(pg)))
+    return _groups[pg]
 
 
 def _shape(value: Any) -> Any:

@@ -16,9 +16,11 @@ how a value was produced (point-to-point only, one collective, no communication 
 
 from __future__ import annotations
 
+import gc
 import inspect
 import os
 import types
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -125,6 +127,8 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
         outcome["observed"] = exercise.observe(args, returned)
     except Exception as e:  # noqa: BLE001 - the learner's error is the checker's verdict
         outcome["error"] = first_line(e)
+    finally:  # the copy and its functions refer to each other: break the cycle, which would
+        world.clear()  # keep the group (its sockets and threads) alive until a garbage collection
     group_ranks = tuple(dist.get_process_group_ranks(group))
     outcome["calls"] = [{k: e[k] for k in ("op", "kind", "peer", "parts", "shapes")}
                         for e in calltrace.since(bookmark) if e["group_ranks"] == group_ranks]
@@ -155,9 +159,13 @@ def run(exercise: Any, seed: int, timeout_s: float = 5.0) -> dict[str, Any]:
     dist.barrier(group=verdict)  # every rank is done with every file the runs used
     if exercise.cleanup is not None:
         exercise.cleanup(me, seed)
+    made = [weakref.ref(g) for g in (everyone, smaller, verdict) if not isinstance(g, int | None)]
     for group in (everyone, smaller, verdict):
         if group is not None and dist.get_rank(group) >= 0:  # the last rank is not in `smaller`
             dist.destroy_process_group(group)
+    del everyone, smaller, verdict, group
+    if any(ref() is not None for ref in made):  # the learner's code kept one in a cycle
+        gc.collect()
     return runs
 
 

@@ -71,3 +71,24 @@ def test_a_notebook_side_wrong_answer_is_caught(name, what, source, piece):
     with pytest.raises(AssertionError, match=f"{name} is not right yet") as err:
         getattr(checks, f"check_{name}")(_define(source, name))
     assert piece in str(err.value), f"{what}: {err.value}"
+
+
+def test_checks_leave_the_engines_open_files_and_threads_as_they_found_them(cluster3, capsys):
+    """A check forms and destroys process groups on every rank; nothing of them may stay
+    (open files, threads): a learner checks answers dozens of times in one session, and an
+    ordinary user may open 1024 files (a Mac 256). The first check warms up what stays by
+    design (imports, the calltrace hooks); the next five must add nothing."""
+    import psutil
+
+    def counts() -> dict[int, tuple[int, int]]:
+        procs = {r.rank: psutil.Process(r.pid) for r in cluster3.ranks}
+        return {rank: (p.num_fds(), p.num_threads()) for rank, p in procs.items()}
+
+    cluster3.px(RIGHT["count_ranks"])
+    checks.check(cluster3, checks.COUNT_RANKS, seed=SEED)
+    before = counts()
+    for i in range(5):
+        checks.check(cluster3, checks.COUNT_RANKS, seed=SEED + 1 + i)
+    after = counts()
+    grew = {rank: (before[rank], after[rank]) for rank in before if after[rank] > before[rank]}
+    assert not grew, f"(open files, threads) before and after 5 checks, by rank: {grew}"
