@@ -32,7 +32,7 @@ from typing import Any
 import ipyparallel as ipp
 import psutil
 
-from . import engine, px, slurm, stacks, watchdog
+from . import engine, interrupts, px, slurm, stacks, watchdog
 from .forkserver import ForkServer, ForkServerError
 from .text import first_line, table
 from .topology import (
@@ -358,6 +358,7 @@ class Cluster:
                 raise ClusterError(self._missing_message(pids, logs, len(new), dead))
             time.sleep(0.01)
         infos = self.client[sorted(new)].apply_async(engine.describe).get(self.start_timeout)
+        self.client[sorted(new)].apply_async(interrupts.arm_engine).get(self.start_timeout)
         by_id = dict(zip(sorted(new), infos))
         order = sorted(new, key=lambda eid: (by_id[eid]["host"], eid))
         lranks = local_ranks([by_id[eid]["host"] for eid in order])
@@ -384,6 +385,7 @@ class Cluster:
         shell = get_ipython()
         if shell is not None:
             shell.magics_manager.register(px.CourseMagics(shell, self.view, self))
+            interrupts.arm_kernel()
 
     def _check_job(self, log: Path, registered: int, deadline: float) -> None:
         """Launcher 'slurm', while engines register: a ClusterError (job cancelled) if the job
@@ -456,7 +458,8 @@ class Cluster:
         """Run code on the ranks (all by default) like %%px; raise RankError naming bad ranks."""
         chosen = self.ranks if ranks is None else [self.ranks[r] for r in ranks]
         px.run(self.client, chosen, code, self.cell_timeout if timeout is None else timeout,
-               where=self.where, controller_gone=self.controller_gone)
+               where=self.where, controller_gone=self.controller_gone,
+               signal_ranks=functools.partial(self.signal, "SIGINT"))
 
     def stacks(self, ranks: list[int] | None = None, native: bool = False) -> dict[int, str]:
         """{rank: its Python stack, every thread}, taken from outside the engine (notebook 06).
@@ -488,11 +491,14 @@ class Cluster:
                 else stacks.summary(text) for r, text in self.stacks(ranks).items()}
 
     def interrupt(self, ranks: list[int] | None = None) -> None:
-        """Send SIGINT to the engines of the ranks (all by default), like Ctrl-C in a %%px cell,
-        and wait (px.INTERRUPT_WAIT at most) until they have answered what they were running,
-        so that the next request reaches free engines (a busy one would drop it)."""
-        self.signal("SIGINT", ranks)
+        """Send SIGINT to the engines of the ranks (all by default), like Ctrl-C in a %%px cell
+        (requests still on their way there are dropped first, helpers/interrupts.py), and wait
+        (px.INTERRUPT_WAIT at most) until they have answered what they were running, so that
+        the next request reaches free engines (a busy one would drop it)."""
         chosen = self.ranks if ranks is None else [self.ranks[r] for r in ranks]
+        # requests not yet begun there are dropped, then SIGINT (helpers/interrupts.py)
+        interrupts.halt(self.client, chosen, lambda busy: None)
+        self.signal("SIGINT", [r.rank for r in chosen])
         if busy := px.wait_idle(self.client, chosen, px.INTERRUPT_WAIT):
             print(px.still_running(busy, "SIGINT"))
 

@@ -12,6 +12,7 @@ dies (the others are then stuck or failing because of it), or after the cluster'
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -26,6 +27,7 @@ from ipyparallel import util as ipp_util
 from ipyparallel.client import asyncresult as ipp_asyncresult
 from ipyparallel.client.magics import ParallelMagics
 
+from . import interrupts
 from .text import first_line
 
 CONTROLLER_GONE = ("the controller is gone (its process exited), so the notebook can reach no "
@@ -212,8 +214,10 @@ def submit(client: Any, ranks: Sequence[Any], code: str, silent: bool = True
 def wait_for_ranks(result: Any, rank_of: dict[int, Any], timeout: float,
                    poll: float = 0.05, grace: float = 2.0,
                    where: Callable[[list[int]], dict[int, str]] | None = None,
-                   controller_gone: Callable[[], bool] | None = None) -> None:
+                   controller_gone: Callable[[], bool] | None = None,
+                   pressed: Callable[[], bool] | None = None) -> None:
     """Wait for an execute/apply result on the ranks; raise RankError if a rank died or hung.
+    Returns at once, whatever the ranks are doing, once pressed() (the stop button) is true.
 
     Once a rank is seen dead, the others get `grace` seconds to fail on their own (a
     collective usually notices a lost peer at once) so that their errors can be reported.
@@ -225,6 +229,8 @@ def wait_for_ranks(result: Any, rank_of: dict[int, Any], timeout: float,
     by_msg = dict(zip(result.msg_ids, result._targets))
     first_death = None
     while not result.wait(poll):  # the usual case: every rank answers within the first poll
+        if pressed is not None and pressed():
+            return
         check_controller(controller_gone, list(rank_of.values()))
         now = time.monotonic()
         dead = [rank_of[e].rank for e in result._targets if rank_gone(rank_of[e], client)]
@@ -245,14 +251,31 @@ def wait_for_ranks(result: Any, rank_of: dict[int, Any], timeout: float,
 
 def run(client: Any, ranks: Sequence[Any], code: str, timeout: float,
         where: Callable[[list[int]], dict[int, str]] | None = None,
-        controller_gone: Callable[[], bool] | None = None) -> None:
-    """Run code on the ranks and wait (bounded); RankError naming every rank that went wrong."""
+        controller_gone: Callable[[], bool] | None = None,
+        signal_ranks: Callable[[list[int]], None] | None = None) -> None:
+    """Run code on the ranks and wait (bounded); RankError naming every rank that went wrong.
+    The stop button stops the ranks (signal_ranks(ranks) sends SIGINT) and raises Interrupted."""
     check_controller(controller_gone, ranks)
-    result, rank_of = submit(client, ranks, code)
-    wait_for_ranks(result, rank_of, timeout, where=where, controller_gone=controller_gone)
+    with interrupts.PressTaken() as pressed:
+        if pressed():
+            raise interrupts.Interrupted("before the code was sent: no rank got it.")
+        result, rank_of = submit(client, ranks, code)
+        wait_for_ranks(result, rank_of, timeout, where=where, controller_gone=controller_gone,
+                       pressed=pressed)
+        if pressed():
+            raise interrupts.Interrupted(stop(result, rank_of, signal_ranks))
     failed = failures(result, rank_of)
     if failed:
         raise RankError(describe_failure(failed, [], [], timeout), failed, [], [])
+
+
+def stop(result: Any, rank_of: dict[int, Any], signal_ranks: Callable[[list[int]], None] | None
+         ) -> str:
+    """After the stop button: stop the ranks still on `result` (interrupts.stop_ranks)."""
+    client = result._client
+    return interrupts.stop_ranks(
+        result, rank_of, signal_ranks or (lambda ranks: None),
+        lambda ranks, wait: wait_idle(client, ranks, wait), INTERRUPT_WAIT)
 
 
 def to_cpu(value: Any) -> Any:
@@ -332,6 +355,16 @@ def labelled_by_rank(result: Any, rank_of: dict[int, Any]) -> Iterator[None]:
             md["engine_id"] = eid
 
 
+def wait_for_output(result: Any, wait: float, pressed: Callable[[], bool]) -> None:
+    """Wait up to `wait` seconds for the output of the ranks that have answered, or until
+    pressed() (the stop button)."""
+    deadline = time.monotonic() + wait
+    while not pressed() and not result.wait_for_output(0.05) and time.monotonic() < deadline:
+        pass
+
+
+# seconds a stopped cell waits for the output of the ranks it stopped (they have answered)
+STOPPED_OUTPUT_WAIT = 0.5
 OUTPUT_WAIT = 5.0  # seconds to wait for the output of ranks that have answered (rarely > 0.1)
 # seconds an interrupted cell waits for the ranks to answer, so that the next cell does not
 # reach an engine still busy with this one (it would be dropped there, see DROPPED)
@@ -369,36 +402,39 @@ class CourseMagics(ParallelMagics):
         stream = self.stream_output if stream_output is None else stream_output
         signal = self.signal_on_interrupt if signal_on_interrupt is None else signal_on_interrupt
         ranks = self._targeted_ranks()
-        # a dead controller is named by the wait below, once no answer came within its first
-        # poll (50 ms): checking its processes before every cell would cost more than that
-        result, rank_of = submit(self.view.client, ranks, cell, silent=False)
-        self.last_result = result
-        if save_name:
-            self.shell.user_ns[save_name] = result
-        try:
-            with streamed_by_rank(result, rank_of) if stream else ExitStack():
-                wait_for_ranks(result, rank_of, self.cluster.cell_timeout,
-                               where=self.cluster.where,
-                               controller_gone=self.cluster.controller_gone)
-                # every rank has answered; its output may still be on the way (once a rank
-                # was interrupted, a second or more): streaming ends when this returns
-                result.wait_for_output(OUTPUT_WAIT)
-                failed = failures(result, rank_of)
-                if DROPPED in failed.values():  # ipyparallel shows a dropped cell as a success
-                    raise RankError(describe_failure(failed, [], [], None), failed, [], [])
-                try:
-                    result.get(0)
-                except ipp_error.CompositeError as e:
-                    if stream and result._output_ready:
-                        raise ipp_error.AlreadyDisplayedError(e) from None
-                    raise
-        except KeyboardInterrupt:
-            self.cluster.signal(signal, [r.rank for r in ranks])
-            busy = wait_idle(self.view.client, ranks, INTERRUPT_WAIT)
-            print(f"Interrupted: sent {signal} to the ranks' engines; "
-                  f"{still_running(busy, signal)}", flush=True)
-        finally:
-            if not stream and result.ready():  # a rank still running has nothing to show yet
-                result.wait_for_output(OUTPUT_WAIT)
-                with labelled_by_rank(result, rank_of):
-                    result.display_outputs(groupby)
+        with interrupts.PressTaken() as pressed:  # the stop button, see helpers/interrupts.py
+            if pressed():
+                raise interrupts.Interrupted("before the cell was sent: no rank got it.")
+            # a dead controller is named by the wait below, once no answer came within its
+            # first poll (50 ms): checking its processes before every cell would cost more
+            result, rank_of = submit(self.view.client, ranks, cell, silent=False)
+            self.last_result = result
+            if save_name:
+                self.shell.user_ns[save_name] = result
+            try:
+                with streamed_by_rank(result, rank_of) if stream else ExitStack():
+                    wait_for_ranks(result, rank_of, self.cluster.cell_timeout,
+                                   where=self.cluster.where, pressed=pressed,
+                                   controller_gone=self.cluster.controller_gone)
+                    # every rank has answered; its output may still be on the way (once a rank
+                    # was interrupted, a second or more): streaming ends when this returns
+                    wait_for_output(result, OUTPUT_WAIT, pressed)
+                    if pressed():
+                        said = stop(result, rank_of, signal and functools.partial(
+                            self.cluster.signal, signal))
+                        result.wait_for_output(STOPPED_OUTPUT_WAIT)
+                        raise interrupts.Interrupted(said)
+                    failed = failures(result, rank_of)
+                    if DROPPED in failed.values():  # ipyparallel shows it as a success
+                        raise RankError(describe_failure(failed, [], [], None), failed, [], [])
+                    try:
+                        result.get(0)
+                    except ipp_error.CompositeError as e:
+                        if stream and result._output_ready:
+                            raise ipp_error.AlreadyDisplayedError(e) from None
+                        raise
+            finally:
+                if not stream and result.ready():  # a rank still running has nothing to show
+                    wait_for_output(result, OUTPUT_WAIT, pressed)
+                    with labelled_by_rank(result, rank_of):
+                        result.display_outputs(groupby)
