@@ -14,9 +14,11 @@ export IPP_NONINTERACTIVE := 1
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(PY)
+# which PyTorch build (CPU where there is no NVIDIA GPU): helpers/torch_build.py, COURSE_TORCH
+$(STAMP): pyproject.toml helpers/torch_build.py | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,mpi]"
+	torch_args=$$($(PY) helpers/torch_build.py) && \
+		$(PY) -m pip install --quiet $$torch_args -e ".[test,mpi]"
 	touch $@
 
 # JupyterLab's settings for the course: never ask about (or fetch) Jupyter news on first start

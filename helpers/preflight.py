@@ -11,6 +11,7 @@ Each line that is not fine says what to do. The exit status is 1 if a line is a 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -152,6 +153,30 @@ def cluster_lines(backend: str, n: int, nbytes: int = 16 * 2**20) -> list[Line]:
         cluster.stop()
 
 
+def torch_build_line(cuda: str | None, gpus: int, env_bytes: int) -> Line:
+    """Which PyTorch build is installed (torch.version.cuda: None for the CPU build) against
+    the GPUs this machine has, with the size of the environment it lives in."""
+    build = f"CUDA {cuda} build" if cuda else "CPU build"
+    found = f"{build}; environment {format_bytes(env_bytes)}"
+    if cuda and not gpus:
+        return Line("PyTorch build", found, NOTE, "no GPU here: `make clean install` with "
+                    "COURSE_TORCH=cpu installs the CPU build, a few hundred MB")
+    if not cuda and gpus:
+        return Line("PyTorch build", found, NOTE, "the GPUs go unused (CPU ranks, gloo): "
+                    "`make clean install` with COURSE_TORCH=cuda installs the CUDA build")
+    return Line("PyTorch build", found)
+
+
+def environment_bytes(prefix: str = sys.prefix) -> int:
+    """The size of the files of the environment (the virtual environment's folder)."""
+    total = 0
+    for root, _, files in os.walk(prefix):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
 def report() -> list[Line]:
     """Every check, in the order of the table."""
     from .cluster import visible_gpus
@@ -166,6 +191,10 @@ def report() -> list[Line]:
             version = None
         lines.append(package_line(name, version))
     gpus = visible_gpus()
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        lines.append(torch_build_line(torch.version.cuda, gpus, environment_bytes()))
     try:
         n = resolve_world_size(None, gpus)
         backend = choose_backend(n, gpus)

@@ -23,6 +23,13 @@ def test_verdicts_say_what_to_do():
     slow = preflight.bandwidth_line("all_reduce", 10e6, 400e6)
     assert slow.verdict == NOTE and "busy" in slow.todo and "0.03x" in slow.found
     assert preflight.bandwidth_line("all_reduce", 500e6, 400e6).verdict == OK
+    cuda_here = preflight.torch_build_line("13.0", 0, 4_300 * 2**20)
+    assert cuda_here.verdict == NOTE and "COURSE_TORCH=cpu" in cuda_here.todo
+    assert "CUDA 13.0 build" in cuda_here.found and "4.2 GiB" in cuda_here.found
+    cpu_on_gpus = preflight.torch_build_line(None, 8, 700 * 2**20)
+    assert cpu_on_gpus.verdict == NOTE and "COURSE_TORCH=cuda" in cpu_on_gpus.todo
+    assert preflight.torch_build_line(None, 0, 10).verdict == OK
+    assert preflight.torch_build_line("13.0", 2, 10).verdict == OK
     absent = preflight.optional_line("Slurm", False, "on a cluster")
     assert absent.verdict == NOTE and absent.todo == "only needed on a cluster"
 
@@ -38,3 +45,7 @@ def test_make_check_passes_on_this_machine():
     assert done.returncode == 0, done.stdout + done.stderr
     assert "This machine is ready for the course." in done.stdout
     assert "cluster: 4 rank(s), gloo" in done.stdout and "started and all-reduced" in done.stdout
+    import torch
+
+    build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU build"
+    assert f"{build}; environment " in done.stdout, done.stdout

@@ -1,0 +1,120 @@
+"""Which build of PyTorch ``make install`` (and so ``make lab``) installs on this machine.
+
+- Linux with an NVIDIA GPU (its driver: ``nvidia-smi`` or ``/proc/driver/nvidia``): PyPI's
+  build, which for Linux is the CUDA build (with its CUDA libraries, about 4.3 GB installed).
+- Linux without one: the CPU build from PyTorch's CPU wheel index (a few hundred MB), if that
+  index answers within a few seconds; else PyPI's build, said in one line before it downloads.
+- macOS: PyPI's build (CPU and Apple's MPS; there is no CUDA build for macOS).
+- ``COURSE_TORCH=cpu`` or ``COURSE_TORCH=cuda`` overrides the choice.
+
+Run by the Makefile with the system's Python, before the course's packages exist: the standard
+library only. It prints the pip arguments to add (none, or ``--extra-index-url URL``) and says
+what it chose on stderr.
+
+    python3 helpers/torch_build.py
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import sys
+import threading
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+REACH_WAIT = 5.0  # seconds the CPU index has to answer before the default build is used
+CUDA_SIZE = "about 4.3 GB installed, most of it CUDA libraries"
+
+
+class BuildError(ValueError):
+    """COURSE_TORCH asks for something this machine cannot get."""
+
+
+@dataclass(frozen=True)
+class Build:
+    """What to install: 'cpu' from the CPU index, or pip's 'default' (PyPI's build)."""
+
+    source: str  # "cpu-index" or "default"
+    why: str
+
+
+def choose(system: str, has_nvidia: bool, override: str | None) -> Build:
+    """The build for a machine: system as platform.system() names it ('Linux', 'Darwin'),
+    whether an NVIDIA driver is present, and COURSE_TORCH ('cpu', 'cuda', or None/'')."""
+    override = (override or "").strip().lower() or None
+    if override not in (None, "cpu", "cuda"):
+        raise BuildError(f"COURSE_TORCH={override!r}: use cpu, cuda, or leave it unset")
+    if system == "Darwin":
+        if override == "cuda":
+            raise BuildError("COURSE_TORCH=cuda: PyTorch has no CUDA build for macOS; "
+                             "leave COURSE_TORCH unset")
+        return Build("default", "macOS: PyPI's build (CPU and MPS)")
+    if system != "Linux":
+        return Build("default", f"{system}: PyPI's build")
+    if override == "cpu":
+        return Build("cpu-index", "COURSE_TORCH=cpu: the CPU build")
+    if override == "cuda":
+        return Build("default", f"COURSE_TORCH=cuda: PyPI's CUDA build ({CUDA_SIZE})")
+    if has_nvidia:
+        return Build("default", f"an NVIDIA GPU: PyPI's CUDA build ({CUDA_SIZE})")
+    return Build("cpu-index", "no NVIDIA GPU: the CPU build")
+
+
+def has_nvidia_driver() -> bool:
+    """An NVIDIA driver on this machine (what a CUDA build needs to use a GPU)."""
+    return shutil.which("nvidia-smi") is not None or os.path.exists("/proc/driver/nvidia")
+
+
+def reachable(url: str, wait: float = REACH_WAIT) -> bool:
+    """Whether url answers (any HTTP status) within `wait` seconds, name lookup included."""
+    answered = threading.Event()
+
+    def ask() -> None:
+        try:
+            with urllib.request.urlopen(url, timeout=wait):
+                pass
+            answered.set()
+        except urllib.error.HTTPError:  # it answered, with an error status
+            answered.set()
+        except Exception:  # noqa: BLE001 - no route, no name, refused, reset: not reachable
+            pass
+
+    threading.Thread(target=ask, daemon=True).start()
+    return answered.wait(wait)
+
+
+def pip_args(build: Build, index: str = CPU_INDEX, wait: float = REACH_WAIT,
+             explicit: bool = False) -> tuple[list[str], str]:
+    """(pip arguments, the line to show) for a build; the CPU index is tried first."""
+    if build.source == "default":
+        return [], f"PyTorch: {build.why}."
+    if reachable(f"{index}/torch/", wait):
+        return ["--extra-index-url", index], f"PyTorch: {build.why}, from {index}."
+    if explicit:
+        raise BuildError(f"COURSE_TORCH=cpu, but {index} did not answer within {wait:g} s; "
+                         "unset COURSE_TORCH to install pip's default build instead")
+    return [], (f"PyTorch: {build.why} was wanted, but {index} did not answer within "
+                f"{wait:g} s: installing pip's default build instead (on Linux, PyPI's is "
+                f"the CUDA build, {CUDA_SIZE}; a wheel your pip configuration provides is "
+                "used as it is).")
+
+
+def main() -> int:
+    override = os.environ.get("COURSE_TORCH")
+    try:
+        build = choose(platform.system(), has_nvidia_driver(), override)
+        args, line = pip_args(build, explicit=(override or "").strip().lower() == "cpu")
+    except BuildError as e:
+        print(f"make install: {e}", file=sys.stderr)
+        return 1
+    print(line, file=sys.stderr)
+    print(" ".join(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""make install's choice of PyTorch build (helpers/torch_build.py): each kind of machine, the
+COURSE_TORCH override, and the fallback when PyTorch's CPU index cannot be reached (the case on
+the machine the course is tested on). Indexes here are local servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import threading
+
+import pytest
+
+from helpers.torch_build import BuildError, choose, pip_args
+
+
+@pytest.mark.parametrize("system, nvidia, override, source", [
+    ("Linux", False, None, "cpu-index"),
+    ("Linux", True, None, "default"),
+    ("Linux", True, "cpu", "cpu-index"),
+    ("Linux", False, "cuda", "default"),
+    ("Linux", False, " CPU ", "cpu-index"),
+    ("Linux", False, "", "cpu-index"),
+    ("Darwin", False, None, "default"),
+    ("Darwin", False, "cpu", "default"),
+    ("Windows", True, None, "default"),
+])
+def test_the_build_for_each_kind_of_machine(system, nvidia, override, source):
+    assert choose(system, nvidia, override).source == source
+
+
+@pytest.mark.parametrize("system, override, says", [
+    ("Linux", "gpu", "use cpu, cuda"), ("Darwin", "cuda", "no CUDA build for macOS")])
+def test_an_impossible_override_is_refused_with_what_to_do(system, override, says):
+    with pytest.raises(BuildError, match=says):
+        choose(system, False, override)
+
+
+class _Answers404(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # an index that answers, whatever it says
+        self.send_error(404)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_reachable_cpu_index_is_added_to_pips_indexes():
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Answers404)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        index = f"http://127.0.0.1:{server.server_port}/whl/cpu"
+        args, line = pip_args(choose("Linux", False, None), index=index, wait=30)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert args == ["--extra-index-url", index], args
+    assert "the CPU build" in line and index in line, line
+
+
+def test_an_unreachable_cpu_index_falls_back_to_the_default_build_and_says_so():
+    silent = socket.socket()  # accepts connections (the backlog) and never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)
+    refused = socket.socket()  # bound, not listening: connections are refused
+    refused.bind(("127.0.0.1", 0))
+    try:
+        for port in (silent.getsockname()[1], refused.getsockname()[1]):
+            index = f"http://127.0.0.1:{port}/whl/cpu"
+            args, line = pip_args(choose("Linux", False, None), index=index, wait=0.5)
+            assert args == [], args
+            assert "did not answer" in line and "4.3 GB" in line, line
+            with pytest.raises(BuildError, match="unset COURSE_TORCH"):
+                pip_args(choose("Linux", False, "cpu"), index=index, wait=0.5, explicit=True)
+    finally:
+        silent.close()
+        refused.close()
