@@ -51,8 +51,12 @@ class Kernel:
                 outputs.append(f"{content['ename']}: {content['evalue']}")
             elif kind == "status" and content["execution_state"] == "idle":
                 break
-        reply = self.client.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
-        return reply["content"]["status"], "".join(outputs)
+        while True:  # the reply to this cell: not a late answer to an earlier request
+            # (start_new_kernel asks for kernel_info again each second until one reply comes,
+            # so on a busy machine a second kernel_info_reply may be waiting here)
+            reply = self.client.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return reply["content"]["status"], "".join(outputs)
 
     def run(self, code: str, timeout: float = 60) -> str:
         """Execute a cell; return its outputs, or raise AssertionError with its error."""
