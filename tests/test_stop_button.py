@@ -2,7 +2,9 @@
 benchmarks/stop_button.py (which prints the figures for 300 rounds at 2, 3 and 4 ranks).
 
 Judged without a clock: a long cell sleeps 600 s, far past the round's wait (120 s), so one
-that ends at all ended by the press, and it must say so ("Interrupted: ..."); the next cell must
+that ends at all ended by the press, and it must say so ("Interrupted: ..." with each rank's
+outcome, or "stopped as it began" when the press came while the kernel took the cell in, before
+any rank got it); the next cell must
 run on every rank. How long each stop took is printed, not judged."""
 
 from __future__ import annotations
