@@ -84,16 +84,21 @@ def run_many(
 ) -> list[LaunchResult]:
     """Run several commands side by side (the ranks, or the nodes, of one job) to the end.
 
-    env is one environment for all, or one per command. All of them are ended, with their
-    children, once timeout s have passed.
+    env is one environment for all, or one per command (default: this process's). All of
+    them are ended, with their children, once timeout s have passed. Their temporary files
+    (TMPDIR) go to a folder of the run's own, removed at the end: torchrun
+    leaves a log folder (/tmp/torchelastic_*) behind each run otherwise.
     """
     envs = [env] * len(cmds) if env is None or isinstance(env, Mapping) else list(env)
     if len(envs) != len(cmds):
         raise ValueError(f"{len(cmds)} commands but {len(envs)} environments")
     with ExitStack() as stack:
+        scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="course-run-",
+                                                                  ignore_cleanup_errors=True))
+        envs = [{**(os.environ if e is None else e), "TMPDIR": scratch} for e in envs]
         logs = [stack.enter_context(tempfile.TemporaryFile("w+")) for _ in cmds]
-        procs = [subprocess.Popen(list(cmd), env=dict(e) if e is not None else None,
-                                  cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+        procs = [subprocess.Popen(list(cmd), env=e, cwd=cwd, stdout=log,
+                                  stderr=subprocess.STDOUT)
                  for cmd, e, log in zip(cmds, envs, logs)]
         listening: list[set[str]] = [set() for _ in procs]
         start = shown = time.monotonic()

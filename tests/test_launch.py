@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import tempfile
 import textwrap
 
 import psutil
@@ -103,6 +104,17 @@ def test_free_port_and_loopback_env():
 
 def test_pinned_runs_the_command_through_pinstore():
     assert pinned(["torchrun", "x.py"])[1:] == ["-m", "helpers.pinstore", "torchrun", "x.py"]
+
+
+def test_a_torchrun_run_leaves_nothing_in_the_temporary_folder(tmp_path, monkeypatch):
+    # torchrun makes a log folder (torchelastic_*) in the temporary folder and never removes it
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    run = run_watched(torchrun_command() + ["--standalone", "--nproc-per-node", "1",
+                                            "--no-python", "sh", "-c", "echo $TMPDIR"],
+                      env=loopback_env(), timeout=60)
+    assert run.returncode == 0, run.output
+    assert run.output.strip().splitlines()[-1].startswith(str(tmp_path / "course-run-"))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_run_many_gives_each_command_its_own_environment():
