@@ -56,6 +56,10 @@ from .watchdog import MARKER, course_processes, end_processes
 
 _current: Cluster | None = None
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+# the controller writes its connection files and binds its sockets within a second or two on
+# an idle machine; this bounds one that never does (start_timeout is the engines')
+CONTROLLER_WAIT = 60.0
+SOCKET_PATH_MAX = 107  # bytes in a Unix socket's path (sun_path holds 108, with its NUL)
 START_ADVICE = ("The cluster was stopped. Re-run the setup cell; if it fails again, the machine "
                 "may be overloaded: try fewer ranks (COURSE_WORLD_SIZE=2) or a larger "
                 "start_timeout.")
@@ -139,17 +143,23 @@ class Cluster:
         self._controller_pids: list[int] = []
         self._mpiexec: list[psutil.Process] = []  # launcher="mpi": the mpiexec of each start
         self._starts = 0  # engine start-ups so far (each gets its own log files)
+        self._controllers = 0  # controllers started so far (each gets its own sockets)
         self._guard: subprocess.Popen | None = None
         self._activate = False
         self.dir = Path(tempfile.mkdtemp(prefix="course-cluster-")) if launcher != "slurm" else \
             Path(tempfile.mkdtemp(prefix=".course-cluster-", dir=shared_directory()))
+        # the controller's Unix sockets: on this machine's own disk, under a short path (a
+        # socket's path holds at most 107 bytes; a Slurm cluster's folder is on the shared one)
+        self.socket_dir = self.dir if launcher != "slurm" else \
+            Path(tempfile.mkdtemp(prefix="course-sockets-"))
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self, activate: bool = True) -> Cluster:
         """Start controller and engines, form the process group, activate %px."""
         self._activate = activate
+        folders = dict.fromkeys(map(str, [self.dir, self.socket_dir]))  # the cluster's first
         self._guard = subprocess.Popen(
-            [sys.executable, watchdog.__file__, str(self.dir)],
+            [sys.executable, watchdog.__file__, *folders],
             stdin=subprocess.PIPE, text=True, start_new_session=True,
         )
         atexit.register(self.stop)
@@ -200,7 +210,6 @@ class Cluster:
                    OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         namespace = [unshare, *own_network(os.geteuid()), "--kill-child", "sh", "-c",
                      f'{ip} link set lo up && exec "$0" "$@"', mpiexec]
-        self._link_sockets("engine")
         self._ipp.engine_launcher_class = "mpi"
         set_id = self._ipp.start_engines_sync(
             self.world_size, engine_args=self._engine_argv(), environment=env,
@@ -243,14 +252,24 @@ class Cluster:
         return " ".join((done.stderr or done.stdout).split()) or "(sbatch said nothing)"
 
     def _start_controller(self) -> None:
-        """Start the ipyparallel controller on loopback and connect this kernel's client.
+        """Start the ipyparallel controller and connect this kernel's client.
 
-        Under Slurm it listens for engines on the address the nodes share, still on loopback
-        for the client. $COURSE_CONTROLLER_NETNS (make cluster-up's cluster) runs it in that
-        network namespace, where that address is, and the client reaches it by Unix sockets."""
+        The client and the engines reach it through Unix sockets in the cluster's directory
+        (only this user can open them). Under Slurm it listens for engines on the address the
+        nodes share; $COURSE_CONTROLLER_NETNS (make cluster-up's cluster) runs it in that
+        network namespace, where that address is."""
         netns = os.environ.get("COURSE_CONTROLLER_NETNS", "").strip() \
             if self.launcher == "slurm" else ""
         launch: dict[str, Any] = {}
+        self._controllers += 1  # each controller its own sockets (a dead one leaves its files)
+        longest = self._sockets / "client:65535"
+        if len(bytes(longest)) > SOCKET_PATH_MAX:
+            raise ClusterError(f"the controller's sockets would be at {longest}, longer than "
+                               f"the {SOCKET_PATH_MAX} bytes a Unix socket's path may have: "
+                               "set TMPDIR to a short folder (e.g. /tmp) and start again.")
+        self._sockets.mkdir()
+        for old in (self.dir / "profile" / "security").glob("ipcontroller-*.json"):
+            old.unlink()  # a dead controller's: the new one's are awaited below
         if netns:
             nsenter = shutil.which("nsenter")
             if nsenter is None or not Path(netns).exists():
@@ -265,61 +284,74 @@ class Cluster:
             # an engine is declared dead after 100 missed beats (10 s), as with the defaults
             controller_args=["--HeartMonitor.period=100", "--log-level=WARN",
                              "--HeartMonitor.max_heartmonitor_misses=100",
-                             *self._engine_transport(), *self._client_transport(netns)],
+                             *self._engine_transport(), *self._client_transport()],
         )
         self._ipp.start_controller_sync(environment={MARKER: str(self.dir)}, **launch)
-        if netns:
-            self._link_sockets("client")
+        self._link_sockets("client")
+        if self.launcher != "slurm":
+            self._link_sockets("engine")
         self.client = self._ipp.connect_client_sync()
         hub = psutil.Process(self._ipp.controller.pid)  # the hub, and its schedulers (children)
         self._controller_pids = [hub.pid] + [p.pid for p in hub.children(recursive=True)]
+
+    @property
+    def _sockets(self) -> Path:
+        """The folder of the current controller's Unix sockets."""
+        return self.socket_dir / f"sockets-{self._controllers}"
 
     def _link_sockets(self, side: str) -> None:
         """ipyparallel's controller binds its Unix sockets as engine-PORT (client-PORT), and
         its engines (clients) connect to engine:PORT; a link under the second name for each
         makes them meet."""
-        deadline = time.monotonic() + self.start_timeout
+        limit = max(self.start_timeout, CONTROLLER_WAIT)
+        deadline = time.monotonic() + limit
         pattern = f"ipcontroller-*-{side}.json"
+
+        def wait_a_moment(what: str) -> None:  # what the controller has not done yet
+            if px.is_dead(self._ipp.controller.pid):
+                raise ClusterError(f"the controller exited before it had {what}.\n{START_ADVICE}")
+            if time.monotonic() > deadline:
+                raise ClusterError(f"the controller had not {what} after {limit:g} s."
+                                   f"\n{START_ADVICE}")
+            time.sleep(0.01)
+
         while True:  # the controller writes the file in place: wait until it is whole
             try:
                 files = list((self.dir / "profile" / "security").glob(pattern))
                 info = json.loads(files[0].read_text())
                 break
             except (IndexError, ValueError):
-                if time.monotonic() > deadline:
-                    raise ClusterError(f"the controller wrote no whole {pattern} within "
-                                       f"{self.start_timeout:g} s.\n{START_ADVICE}") from None
-                time.sleep(0.01)
+                wait_a_moment(f"written a whole {pattern}")
         ports = [v for v in info.values() if isinstance(v, int)]
         ports += [p for v in info.values() if isinstance(v, list) for p in v]
         for port in ports:
-            bound, link = self.dir / f"{side}-{port}", self.dir / f"{side}:{port}"
+            bound, link = self._sockets / f"{side}-{port}", self._sockets / f"{side}:{port}"
             while not bound.exists():
-                if time.monotonic() > deadline:
-                    raise ClusterError(f"the controller did not open {bound} within "
-                                       f"{self.start_timeout:g} s.\n{START_ADVICE}")
-                time.sleep(0.01)
+                wait_a_moment(f"opened {bound.name}")
             if not link.is_symlink():
                 link.symlink_to(bound.name)
 
     def _engine_transport(self) -> list[str]:
-        """Where engines connect: loopback TCP; (launcher 'mpi', whose engines live in a
-        network namespace of their own) Unix sockets in the cluster's directory; (launcher
-        'slurm') TCP on the address of this machine that the nodes share."""
+        """Where engines connect: (launcher 'slurm') TCP on the address of this machine that the
+        nodes share; else Unix sockets in the cluster's directory (the 'mpi' launcher's engines
+        live in a network namespace of their own, which shares the file system)."""
         if self.launcher == "slurm":
             return [f"--IPController.engine_ip={self.controller_ip}"]
-        if self.launcher != "mpi":
-            return []
         return ["--IPController.engine_transport=ipc",
-                f"--IPController.engine_ip={self.dir / 'engine'}"]
+                f"--IPController.engine_ip={self._sockets / 'engine'}"]
 
-    def _client_transport(self, netns: str) -> list[str]:
-        """Where this kernel's client connects: loopback TCP, or Unix sockets when the
-        controller runs in another network namespace."""
-        if not netns:
-            return []
+    def _client_transport(self) -> list[str]:
+        """Where this kernel's client (and the hub's own monitor) connect: Unix sockets in the
+        cluster's directory, for every launcher (the controller runs on this machine).
+
+        Not TCP ports: ipyparallel picks each port by binding port 0 and letting it go, and a
+        child of the controller binds it moments later, by when another process may have taken
+        it (two kernels starting clusters at once, or any outgoing connection); the child then
+        exits and the cluster is broken from its first cell."""
         return ["--IPController.client_transport=ipc",
-                f"--IPController.client_ip={self.dir / 'client'}"]
+                f"--IPController.client_ip={self._sockets / 'client'}",
+                "--IPController.monitor_transport=ipc",
+                f"--IPController.monitor_ip={self._sockets / 'monitor'}"]
 
     def controller_gone(self) -> bool:
         """True if a process of the controller (the hub or a scheduler) has exited: then no
@@ -612,6 +644,7 @@ class Cluster:
             self._guard.stdin.close()
             self._guard.wait(5)
         shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
         self._ipp = self.client = self.view = self._forkserver = None
         self.ranks = []
 

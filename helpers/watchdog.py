@@ -54,7 +54,8 @@ def end_processes(procs: list[psutil.Process], grace_s: float = 3.0) -> list[int
 
 
 def main(argv: list[str]) -> int:
-    """Wait for 'release' or for stdin to close; on close, end the cluster of argv[1]."""
+    """Wait for 'release' or for stdin to close; on close, end the cluster of argv[1] and
+    remove its folders (argv[1], and its socket folder argv[2] if it has one of its own)."""
     cluster_dir = argv[1]
     jobs: list[str] = []
     for line in sys.stdin:
@@ -72,7 +73,8 @@ def main(argv: list[str]) -> int:
         except (OSError, subprocess.TimeoutExpired) as e:
             print(f"course watchdog: could not cancel Slurm job {job}: {e}", file=sys.stderr)
     ended = end_processes(course_processes(cluster_dir))
-    shutil.rmtree(cluster_dir, ignore_errors=True)
+    for folder in argv[1:]:
+        shutil.rmtree(folder, ignore_errors=True)
     print(f"course watchdog: kernel gone, ended pids {ended}", file=sys.stderr)
     return 0
 

@@ -107,6 +107,18 @@ def test_a_cluster_that_does_not_come_up_in_time_says_why(own_processes):
     assert left == [], "a cluster that failed to start left processes behind"
 
 
+def test_a_temporary_folder_too_deep_for_a_socket_says_what_to_do(tmp_path, monkeypatch,
+                                                                  own_processes):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)  # a socket's path may hold at most 107 bytes
+    deep.mkdir(parents=True)
+    monkeypatch.setattr("tempfile.tempdir", str(deep))
+    before = {p.pid for p in own_processes()}
+    with pytest.raises(ClusterError, match=r"longer than the 107 bytes .* set TMPDIR"):
+        start_cluster(n=1, activate=False)
+    assert [p for p in own_processes() if p.pid not in before] == []
+    assert list(deep.iterdir()) == [], "the cluster's folder was left behind"
+
+
 def test_engines_that_exit_at_start_are_named_with_their_logs(monkeypatch, own_processes):
     # a fault planted in the engines' command line: each engine exits as soon as it starts
     monkeypatch.setattr(Cluster, "_engine_argv", lambda self: ["--no-such-option=1"])
