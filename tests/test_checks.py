@@ -8,6 +8,7 @@ import torch
 
 from helpers import checks
 from helpers.checks import value_problem
+from helpers.exercises import collectives, debugging_hangs, gradient_average, means
 
 
 @pytest.mark.parametrize(("got", "expected", "piece"), [
@@ -43,34 +44,34 @@ def call(op, kind, peer=None, parts=(), shapes=((4,),)):
 
 def test_rules_about_the_means():
     p2p = [call("send", "p2p", 1), call("recv", "p2p", 1)]
-    assert checks.point_to_point_only(p2p, 0, 2, None) is None
-    assert "point-to-point calls only" in checks.point_to_point_only(
+    assert means.point_to_point_only(p2p, 0, 2, None) is None
+    assert "point-to-point calls only" in means.point_to_point_only(
         [call("all_reduce", "collective")], 0, 2, None)
-    assert "made no point-to-point" in checks.point_to_point_only([], 0, 2, None)
-    assert "blocking dist.send" in checks.blocking_only(
+    assert "made no point-to-point" in means.point_to_point_only([], 0, 2, None)
+    assert "blocking dist.send" in means.blocking_only(
         [call("isend", "p2p", 1), call("irecv", "p2p", 1)], 0, 2, None)
-    assert checks.one_collective([call("all_reduce", "collective")], 0, 2, None) is None
-    assert "2 collective calls" in checks.one_collective(
+    assert means.one_collective([call("all_reduce", "collective")], 0, 2, None) is None
+    assert "2 collective calls" in means.one_collective(
         [call("all_reduce", "collective"), call("barrier", "collective")], 0, 2, None)
-    assert "one all_reduce" in checks.one_all_reduce(
+    assert "one all_reduce" in means.one_all_reduce(
         [call("all_gather", "collective")], 0, 2, None)
-    assert "no communication" in checks.no_communication(p2p, 0, 2, None)
-    assert checks.collectives_only([call("all_reduce", "collective")], 0, 2, None) is None
+    assert "no communication" in means.no_communication(p2p, 0, 2, None)
+    assert means.collectives_only([call("all_reduce", "collective")], 0, 2, None) is None
 
 
 def test_the_size_rule_of_in_sync_counts_every_number_carried():
     small = [call("all_reduce", "collective", shapes=((1,),))] * 2
-    assert checks._sync_means(small, 0, 4, None) is None
+    assert gradient_average._sync_means(small, 0, 4, None) is None
     big = [call("broadcast", "collective", shapes=((4000,),))]
-    assert "carried 4000 numbers" in checks._sync_means(big, 0, 4, None)
+    assert "carried 4000 numbers" in gradient_average._sync_means(big, 0, 4, None)
 
 
 def test_the_tree_rule_counts_sends_and_receives():
     tree_rank0 = [call("send", "p2p", 1), call("send", "p2p", 2)]
-    assert checks._tree_means(tree_rank0, 0, 4, None) is None
+    assert collectives._tree_means(tree_rank0, 0, 4, None) is None
     linear_rank0 = [call("send", "p2p", r) for r in (1, 2, 3)]
-    assert "at most 2 rounds" in checks._tree_means(linear_rank0, 0, 4, None)
-    assert "exactly once" in checks._tree_means([], 2, 4, None)
+    assert "at most 2 rounds" in collectives._tree_means(linear_rank0, 0, 4, None)
+    assert "exactly once" in collectives._tree_means([], 2, 4, None)
 
 
 def run(rank, size, value, error=None, calls=()):
@@ -108,7 +109,7 @@ def test_a_missing_function_is_reported_per_rank():
 def test_planted_traces_have_one_culprit_and_a_majority():
     for seed in range(40):
         size = 2 + seed % 7
-        traces, (seq, culprits) = checks.planted_traces(seed, size)
+        traces, (seq, culprits) = debugging_hangs.planted_traces(seed, size)
         assert len(traces) == size and len(culprits) == 1
         assert all(e["seq"] == i for t in traces.values() for i, e in enumerate(t))
 

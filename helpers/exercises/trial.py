@@ -24,8 +24,8 @@ import weakref
 from datetime import timedelta
 from typing import Any
 
-from .px import to_cpu
-from .text import first_line
+from ..px import to_cpu
+from ..text import first_line
 
 PEERS = {"dst": "group_dst", "src": "group_src"}
 RETURNS_A_PEER = ("recv",)
@@ -111,7 +111,7 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
     import torch
     import torch.distributed as dist
 
-    from . import calltrace
+    from .. import calltrace
 
     rank, size = dist.get_rank(group), dist.get_world_size(group)
     world = rebound(namespace, {"dist": GroupDist(group), "rank": rank, "world_size": size,

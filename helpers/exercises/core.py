@@ -1,0 +1,194 @@
+"""How an exercise is judged: the Exercise record, a value's problems, the verdict, ``check``.
+
+Introduced in notebook 00 (the first exercise). The learner's function runs on the ranks
+(``helpers.exercises.trial``); what it returned, and the calls it made, are judged here."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..text import first_line
+from . import trial
+
+Calls = list[dict[str, Any]]
+
+
+def _returned(args: tuple, returned: Any) -> Any:
+    return returned
+
+
+def _nothing(args: tuple, returned: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """An exercise: the function the learner writes, and how to judge it.
+
+    make_args(rank, size, device, group, seed) runs on the engines and gives the arguments;
+    expected(rank, size, seed) runs in the notebook and gives the right value;
+    collect(args, returned) picks the value to judge (default: what the function returned);
+    observe(args, returned) notes anything else the means rule needs;
+    means(calls, rank, size, observed) says what is wrong with how the value was produced.
+    """
+
+    name: str
+    make_args: Callable[..., tuple]
+    expected: Callable[[int, int, int], Any]
+    means: Callable[[Calls, int, int, Any], str | None] | None = None
+    rule: str = ""
+    collect: Callable[[tuple, Any], Any] = _returned
+    observe: Callable[[tuple, Any], Any] = _nothing
+    cases: int = 1
+    min_size: int = 1
+    cleanup: Callable[[int, int], None] | None = None  # (global rank, seed), after both runs
+    atol: float = 1e-5
+    timeout: float = 5.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _a(word: str) -> str:
+    """The word with its indefinite article: 'an int', 'a float'."""
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
+
+
+def describe(value: Any) -> str:
+    """A value for a message: its type, and the value itself when it is short."""
+    if isinstance(value, torch.Tensor):
+        shown = value.tolist() if value.numel() <= 12 else f"shape {list(value.shape)}"
+        return f"{_a(str(value.dtype).removeprefix('torch.'))} tensor {shown}"
+    if isinstance(value, nn.Module):
+        return f"{_a(type(value).__name__)} model"
+    if isinstance(value, list | tuple) and len(value) > 12:
+        return f"{_a(type(value).__name__)} of {len(value)} items"
+    return f"{value!r} ({_a(type(value).__name__)})"
+
+
+def value_problem(got: Any, expected: Any, atol: float = 1e-5) -> str | None:
+    """What is wrong with got, where expected is right: type, shape, dtype, then value."""
+    if isinstance(expected, bool):
+        ok = type(got) is bool and got == expected
+    elif isinstance(expected, int):
+        ok = type(got) is int and got == expected
+    elif isinstance(expected, float):
+        ok = type(got) is float and math.isclose(got, expected, rel_tol=1e-6, abs_tol=atol)
+    elif isinstance(expected, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return f"{describe(got)}, expected {describe(expected)}"
+        if got.shape != expected.shape or got.dtype != expected.dtype:
+            return (f"{_a(str(got.dtype).removeprefix('torch.'))} tensor of shape "
+                    f"{list(got.shape)}, expected {str(expected.dtype).removeprefix('torch.')}"
+                    f" of shape {list(expected.shape)}")
+        if expected.is_floating_point():
+            gap = (got.double() - expected.double()).abs().max().item() if got.numel() else 0.0
+            ok = not math.isnan(gap) and gap <= atol + 1e-5 * expected.abs().max().item()
+            if not ok and got.numel() > 12:
+                return f"values off by up to {gap:.3g} (tolerance {atol:g})"
+        else:
+            ok = torch.equal(got, expected)
+    elif isinstance(expected, dict):
+        if not isinstance(got, dict) or sorted(got) != sorted(expected):
+            return f"{describe(got)}, expected a dict with keys {sorted(expected)}"
+        for key in expected:
+            if (problem := value_problem(got[key], expected[key], atol)) is not None:
+                return f"{key}: {problem}"
+        return None
+    elif isinstance(expected, list | tuple):
+        if type(got) is not type(expected) or len(got) != len(expected):
+            return f"{describe(got)}, expected {describe(expected)}"
+        for i, (g, e) in enumerate(zip(got, expected)):
+            if (problem := value_problem(g, e, atol)) is not None:
+                return f"item {i}: {problem}"
+        return None
+    elif expected is None:
+        ok = got is None
+    else:
+        ok = got == expected
+    return None if ok else f"{describe(got)}, expected {describe(expected)}"
+
+
+def verdict(exercise: Exercise, results: Sequence[dict[str, Any]], seed: int) -> list[str]:
+    """Every problem of one check, as lines naming the world size and the rank."""
+    missing = [f"rank {r}: {res['missing']}" for r, res in enumerate(results) if "missing" in res]
+    if missing:
+        return missing
+    problems: list[str] = []
+    for run, run_seed in (("full", seed), ("smaller", seed + 1)):
+        if problems:  # wrong at the cluster's own size: that is what to fix first
+            break
+        for res in results:
+            out = res.get(run)
+            if out is None:
+                continue
+            where = f"at world size {out['size']}, rank {out['rank']}"
+            if out["error"] is not None:
+                problems.append(f"{where}: {exercise.name} raised {out['error']}")
+                continue
+            expected = exercise.expected(out["rank"], out["size"], run_seed)
+            if (problem := value_problem(out["value"], expected, exercise.atol)) is not None:
+                problems.append(f"{where}: {exercise.name} gave {problem}")
+            elif exercise.means is not None and (problem := exercise.means(
+                    out["calls"], out["rank"], out["size"], out["observed"])) is not None:
+                problems.append(f"{where}: {problem}")
+    return problems
+
+
+def check(cluster: Any, exercise: Exercise, seed: int | None = None) -> None:
+    """Run the learner's function on the ranks and judge it; AssertionError listing problems."""
+    n = cluster.world_size
+    seeds = [random.randrange(2, 2**30) * 2 * exercise.cases + c if seed is None else seed + 2 * c
+             for c in range(exercise.cases)]
+    problems: list[str] = []
+    for s in seeds:
+        pending = cluster.view.apply_async(trial.run, exercise, s, exercise.timeout)
+        try:
+            results = pending.get(4 * exercise.timeout + 30)
+        except Exception as e:
+            remote = getattr(e, "elist", None)  # CompositeError: (type, message, ...) per rank
+            cause = (f"{remote[0][0]}: {first_line(str(remote[0][1]))}" if remote
+                     else first_line(e))
+            raise AssertionError(f"{exercise.name}: the check did not finish ({cause}); run "
+                                 "cluster.form_group(), then try again") from e
+        problems += [p for p in verdict(exercise, results, s) if p not in problems]
+        if problems:
+            break
+    if problems:
+        raise AssertionError(f"{exercise.name} is not right yet:\n  " + "\n  ".join(problems))
+    smaller = (f", and again on {n - 1} rank{'s' * (n - 1 > 1)} alone" if n - 1 >= exercise.min_size
+               else f" (with {n} ranks it cannot also be tried on fewer: run at "
+                    f"{exercise.min_size + 1} ranks or more to check that it does not depend on "
+                    "the world size)")
+    print(f"{exercise.name}: right on all {n} ranks{smaller}"
+          + (f"; {exercise.rule}" if exercise.rule else ""))
+
+
+def no_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
+    """No arguments: for exercises whose function takes none."""
+    return ()
+
+
+def judge_cases(name: str, fn: Callable[..., Any], cases: Sequence[tuple[str, tuple, Any]],
+                what: str) -> None:
+    """Run a function the learner wrote in the notebook on every case (label, args, right
+    answer); raise an AssertionError naming the first five cases it gets wrong."""
+    problems = []
+    for label, args, right in cases:
+        try:
+            got = fn(*args)
+        except Exception as e:  # noqa: BLE001 - the learner's error is the checker's verdict
+            problems.append(f"{label}: raised {first_line(e)}")
+            continue
+        if (problem := value_problem(got, right)) is not None:
+            problems.append(f"{label}: returned {problem}")
+    if problems:
+        raise AssertionError(f"{name} is not right yet:\n  " + "\n  ".join(problems[:5])
+                             + (f"\n  ... and {len(problems) - 5} more" if len(problems) > 5
+                                else ""))
+    print(f"{name}: right on {len(cases)} {what}")
