@@ -10,7 +10,7 @@ import uuid
 import psutil
 import pytest
 
-from helpers.watchdog import course_processes, end_processes
+from helpers.cluster.watchdog import course_processes, end_processes
 
 os.environ.setdefault("IPP_NONINTERACTIVE", "1")
 # every process this run starts (kernels, controllers, engines) inherits this tag, so the

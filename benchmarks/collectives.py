@@ -21,7 +21,7 @@ def measure(nbytes: int, warmup: int, repeats: int) -> dict[str, float]:
     import torch
     import torch.distributed as dist
 
-    from helpers.engine import whereami
+    from helpers.cluster.engine import whereami
     from helpers.taught import ring_all_reduce, send_0_to_1
     from helpers.timing import time_on_all_ranks
 

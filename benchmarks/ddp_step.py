@@ -30,8 +30,8 @@ def step_times(hidden: int, depth: int, repeats: int) -> list[tuple[str, float]]
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    from helpers.cluster.engine import whereami
     from helpers.data import digits, mlp
-    from helpers.engine import whereami
     from helpers.taught import (
         BucketedAverage,
         OverlappedAverage,
@@ -79,8 +79,8 @@ def accuracies(steps: int) -> list[tuple[str, float]]:
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import TensorDataset
 
+    from helpers.cluster.engine import whereami
     from helpers.data import accuracy, digits, mlp
-    from helpers.engine import whereami
     from helpers.taught import average_gradients, train
 
     _, _, device = whereami()

@@ -20,13 +20,14 @@ os.environ.setdefault("IPP_NONINTERACTIVE", "1")
 
 from IPython.testing.globalipapp import start_ipython
 
-from helpers import px, start_cluster
+from helpers import start_cluster
+from helpers.cluster import magics
 
 
 def main(n: int = 4, rounds: int = 300) -> None:
     shell = start_ipython()
     with start_cluster(n=n, activate=False) as cluster:
-        shell.magics_manager.register(px.CourseMagics(shell, cluster.view, cluster))
+        shell.magics_manager.register(magics.CourseMagics(shell, cluster.view, cluster))
         ways = {"%%px magic": lambda: shell.run_cell_magic("px", "", "pass"),
                 "cluster.px": lambda: cluster.px("pass"),
                 "ipyparallel execute (floor)": lambda: cluster.view.execute("pass", block=True)}

@@ -34,7 +34,7 @@ def all_reduce_seconds(nbytes: int, repeats: int) -> float:
     import torch
     import torch.distributed as dist
 
-    from helpers.engine import whereami
+    from helpers.cluster.engine import whereami
     from helpers.timing import time_on_all_ranks
 
     _, _, device = whereami()

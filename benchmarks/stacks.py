@@ -15,7 +15,8 @@ import time
 
 os.environ.setdefault("IPP_NONINTERACTIVE", "1")
 
-from helpers import stacks, start_cluster
+from helpers import start_cluster
+from helpers.cluster import stacks
 
 HANG = "t = torch.ones(1)\nif rank != 0:\n    dist.all_reduce(t)"
 

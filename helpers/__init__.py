@@ -1,7 +1,7 @@
 """Shared plumbing for the distributed PyTorch course; each module names its notebook."""
 
 from .cluster import Cluster, ClusterError, RankInfo, current_cluster, start_cluster
-from .px import RankError
+from .cluster.px import RankError
 from .topology import ClusterConfigError
 
 __all__ = [

@@ -1,7 +1,7 @@
 """A record, on every rank, of the collectives and point-to-point calls it made.
 
 Introduced in notebook 06. ``install()`` runs on each engine when it joins a process group
-(``helpers.engine.join_process_group``). It replaces the communication functions of
+(``helpers.cluster.engine.join_process_group``). It replaces the communication functions of
 ``torch.distributed`` (``dist.all_reduce``, ``dist.isend``, ...) with thin wrappers that append
 one small entry per call to a bounded deque, then call the original and return what it returns.
 An entry says which operation, on which group, with which shapes and dtype, to or from which
@@ -272,7 +272,7 @@ def fetch(cluster: Any, timeout: float = 10.0) -> dict[int, list[dict[str, Any]]
     A rank still blocked in a collective answers only when that collective returns (at the
     process group's timeout), so the wait is bounded by `timeout` seconds.
     """
-    from .px import dead_ranks
+    from .cluster.px import dead_ranks
 
     gone = set(dead_ranks(cluster.ranks, cluster.client))
     pending = {ri.rank: cluster.client[ri.engine_id].apply_async(records)

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .px import RankError
+from .cluster.px import RankError
 from .text import format_seconds, table
 
 

@@ -131,7 +131,7 @@ def show_ranks(view: ipp.DirectView, panels: Mapping[str, str], title: str = "")
     panels maps a panel's title to the name of a variable (or an expression) on the
     engines, e.g. ``{"before": "before", "after": "t"}``.
     """
-    from .px import pull_cpu
+    from .cluster.px import pull_cpu
 
     pulled = {label: pull_cpu(view, name) for label, name in panels.items()}
     draw_ranks(pulled, title)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from . import slurm
+from .cluster import slurm
 from .text import format_bytes, table
 
 OK, NOTE, BLOCKER = "ok", "note", "BLOCKER"
@@ -106,7 +106,7 @@ def _measure(nbytes: int, repeats: int) -> dict[str, float]:
     import torch
     import torch.distributed as dist
 
-    from helpers.engine import whereami
+    from helpers.cluster.engine import whereami
     from helpers.taught import send_0_to_1
     from helpers.timing import time_on_all_ranks
 
@@ -131,9 +131,7 @@ def cluster_lines(backend: str, n: int, nbytes: int = 16 * 2**20) -> list[Line]:
     try:
         cluster.px("t = torch.ones(1, device=device); dist.all_reduce(t)\n"
                    "assert t.item() == world_size, f'rank {rank}: {t.item()}'")
-        hosts = sorted({r.host for r in cluster.ranks})
-        where = f", launcher {cluster.launcher} on {', '.join(hosts)}" \
-            if cluster.launcher != "local" else ""
+        where = cluster.launcher.describe()
         lines = [Line(what, f"started and all-reduced in {time.perf_counter() - started:.1f} s"
                             f" (devices {sorted({r.device for r in cluster.ranks})}{where})")]
         if n >= 2:
@@ -179,8 +177,8 @@ def environment_bytes(prefix: str = sys.prefix) -> int:
 
 def report() -> list[Line]:
     """Every check, in the order of the table."""
-    from .cluster import visible_gpus
-    from .stacks import py_spy
+    from .cluster.launchers import visible_gpus
+    from .cluster.stacks import py_spy
     from .topology import choose_backend, resolve_world_size
 
     lines = [python_line(sys.version_info[:3])]

@@ -74,10 +74,10 @@ def choose_launcher(launcher: str | None, env: Mapping[str, str] | None = None) 
     return value
 
 
-def resolve_nodes(nodes: int | None, launcher: str,
+def resolve_nodes(nodes: int | None, launcher: str, spans_hosts: bool,
                   env: Mapping[str, str] | None = None) -> int:
     """How many hosts the ranks are spread over: the argument, else $COURSE_NODES, else 1.
-    Only a Slurm job spans hosts."""
+    Only a launcher that spans hosts (a Slurm job) may have more than one."""
     env = os.environ if env is None else env
     source = "nodes"
     if nodes is None and env.get("COURSE_NODES", "").strip():
@@ -85,7 +85,7 @@ def resolve_nodes(nodes: int | None, launcher: str,
     if nodes is None:
         return 1
     n = parse_world_size(nodes, source)
-    if n > 1 and launcher != "slurm":
+    if n > 1 and not spans_hosts:
         raise ClusterConfigError(f"{source}={n}: only launcher 'slurm' spreads ranks over "
                                  f"several hosts (this is {launcher!r}); set COURSE_LAUNCHER="
                                  "slurm, or leave nodes unset")

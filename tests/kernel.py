@@ -71,7 +71,7 @@ class Kernel:
     def close(self) -> None:
         """Stop the cluster, if one is running, and the kernel (if it is still alive)."""
         if self.manager.is_alive():
-            self.run("from helpers.cluster import _current\n"
+            self.run("from helpers.cluster.core import _current\n"
                      "if _current is not None: _current.stop()", timeout=30)
             self.manager.shutdown_kernel(now=True)
         self.client.stop_channels()

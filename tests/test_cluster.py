@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from helpers import Cluster, ClusterConfigError, ClusterError, RankError, start_cluster
-from helpers.watchdog import course_processes
+from helpers.cluster.watchdog import course_processes
 
 
 def _listening_addresses(pids: list[int]) -> list[str]:
@@ -121,7 +121,7 @@ def test_a_temporary_folder_too_deep_for_a_socket_says_what_to_do(tmp_path, monk
 
 def test_engines_that_exit_at_start_are_named_with_their_logs(monkeypatch, own_processes):
     # a fault planted in the engines' command line: each engine exits as soon as it starts
-    monkeypatch.setattr(Cluster, "_engine_argv", lambda self: ["--no-such-option=1"])
+    monkeypatch.setattr(Cluster, "engine_argv", lambda self: ["--no-such-option=1"])
     before = {p.pid for p in own_processes()}
     with pytest.raises(ClusterError, match=r"engine process\(es\) exited while the cluster") as e:
         start_cluster(n=2, activate=False)

@@ -7,6 +7,7 @@ import pytest
 import torch
 from fakes import same_on
 
+from helpers.cluster.px import to_cpu
 from helpers.figures import (
     DPI,
     draw_ranks,
@@ -19,7 +20,6 @@ from helpers.figures import (
     plot_step_times,
     plot_timings,
 )
-from helpers.px import to_cpu
 
 
 @pytest.fixture(autouse=True)

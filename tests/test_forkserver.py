@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from helpers.forkserver import ForkServer, ForkServerError
+from helpers.cluster.forkserver import ForkServer, ForkServerError
 
 
 def test_preloading_never_touches_cuda():
@@ -21,7 +21,7 @@ def test_preloading_never_touches_cuda():
             raise AssertionError("CUDA was touched while preloading")
         for name in ("_lazy_init", "init", "is_available", "device_count", "current_device"):
             setattr(torch.cuda, name, boom)
-        from helpers import forkserver
+        from helpers.cluster import forkserver
         forkserver._preload()
         print("clean")
     """)

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from helpers.interrupts import Interrupted
+from helpers.cluster.interrupts import Interrupted
 
 
 def _everyone_answers(cluster, value: int) -> None:

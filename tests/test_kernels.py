@@ -17,7 +17,7 @@ import psutil
 import pytest
 from kernel import Kernel
 
-from helpers.watchdog import course_processes
+from helpers.cluster.watchdog import course_processes
 
 START = """
 from helpers import start_cluster

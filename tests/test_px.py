@@ -1,4 +1,4 @@
-"""Failure reports name ranks and say what to do (pure parts of helpers.px); live output
+"""Failure reports name ranks and say what to do (pure parts of helpers.cluster.px); live output
 labelled by rank, none of it lost, on a real cluster."""
 
 import os
@@ -6,7 +6,8 @@ import subprocess
 import sys
 from contextlib import contextmanager
 
-from helpers.px import describe_failure, is_dead, labelled_by_rank, streamed_by_rank
+from helpers.cluster.magics import labelled_by_rank, streamed_by_rank
+from helpers.cluster.px import describe_failure, is_dead
 
 
 def test_dead_rank_report_names_it_and_the_survivors_errors():
@@ -77,7 +78,7 @@ def test_live_output_that_came_before_streaming_keeps_one_display_per_rank(clust
 
     shown: dict[str, str] = {}  # display id -> what the page shows there now
     monkeypatch.setattr(asyncresult, "get_ipython", lambda: type("Shell", (), {"kernel": 1}))
-    monkeypatch.setattr("helpers.px._ipython", lambda: type("Shell", (), {"kernel": 1}))
+    monkeypatch.setattr("helpers.cluster.magics._ipython", lambda: type("Shell", (), {"kernel": 1}))
     monkeypatch.setattr(asyncresult, "publish_display_data",
                         lambda data, transient, update: shown.__setitem__(
                             transient["display_id"], data["text/plain"]))
@@ -93,7 +94,7 @@ def test_live_output_that_came_before_streaming_keeps_one_display_per_rank(clust
 
 
 def test_a_report_of_dropped_ranks_says_why_once():
-    from helpers.px import DROPPED, WHY_DROPPED
+    from helpers.cluster.px import DROPPED, WHY_DROPPED
 
     text = describe_failure({1: DROPPED, 2: DROPPED}, [], [], None)
     assert text.startswith("rank(s) [1, 2] did not run the code:"), text
@@ -107,7 +108,7 @@ def _magic(cluster):
     from IPython import get_ipython
     from IPython.testing.globalipapp import start_ipython
 
-    from helpers.px import CourseMagics
+    from helpers.cluster.magics import CourseMagics
 
     start_ipython()  # once per process; later calls return None
     shell = get_ipython()
@@ -125,7 +126,7 @@ def test_a_cell_that_a_rank_dropped_is_an_error_naming_it_never_a_success(cluste
 
     import pytest
 
-    from helpers.px import DROPPED, RankError
+    from helpers.cluster.px import DROPPED, RankError
 
     shell = _magic(cluster3)
     cluster3.view.execute("import time\ntime.sleep(60)", silent=False, block=False)
@@ -153,7 +154,7 @@ def test_the_cell_after_an_interrupted_one_runs_on_every_rank(cluster3):
 
     import pytest
 
-    from helpers.interrupts import Interrupted
+    from helpers.cluster.interrupts import Interrupted
 
     shell = _magic(cluster3)
     for round_ in range(3):  # the cells sleep longer than the cluster's cell_timeout (60 s)
@@ -166,7 +167,7 @@ def test_the_cell_after_an_interrupted_one_runs_on_every_rank(cluster3):
 
 
 def test_timestamps_are_parsed_as_ipyparallel_parses_them_and_by_the_course_parser():
-    """helpers.px replaces ipyparallel's timestamp parser (dateutil's, about 0.1 ms a call)
+    """helpers.cluster.px replaces ipyparallel's timestamp parser (dateutil's, about 0.1 ms a call)
     with datetime.fromisoformat where that gives the same aware datetime."""
     import warnings
     from datetime import UTC, timedelta
@@ -175,7 +176,7 @@ def test_timestamps_are_parsed_as_ipyparallel_parses_them_and_by_the_course_pars
     from ipyparallel import util
     from ipyparallel.client import asyncresult
 
-    from helpers.px import parse_date
+    from helpers.cluster.px import parse_date
 
     assert util._parse_date is parse_date and asyncresult._parse_date is parse_date
     for text in ["2026-11-22T18:09:57.123456+00:00", "2026-11-22T18:09:57.123456Z",
@@ -203,7 +204,7 @@ def test_a_px_cell_names_a_dead_controller_at_once():
     import pytest
 
     from helpers import start_cluster
-    from helpers.px import RankError
+    from helpers.cluster.px import RankError
 
     with start_cluster(n=2, activate=False, cell_timeout=20) as cluster:
         shell = _magic(cluster)

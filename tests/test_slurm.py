@@ -22,9 +22,9 @@ import pytest
 import torch
 from system import alive, listening_outside_loopback, need, net_namespace
 
-from helpers import calltrace, slurm
-from helpers.cluster import ClusterError, start_cluster
-from helpers.px import RankError
+from helpers import calltrace
+from helpers.cluster import ClusterError, slurm, start_cluster
+from helpers.cluster.px import RankError
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / ".ci" / "slurm-cluster"
@@ -91,7 +91,8 @@ def test_four_ranks_on_two_nodes(slurm_env):
                             sbatch=["--cpus-per-task=2"])  # each node: 4 CPUs for its 2 ranks
     started_in = time.perf_counter() - t0
     try:
-        assert cluster.jobs and cluster.jobs[0] in _queue(), f"no job of {cluster.jobs} in squeue"
+        jobs = cluster.launcher.jobs
+        assert jobs and jobs[0] in _queue(), f"no job of {jobs} in squeue"
         hosts = [r.host for r in cluster.ranks]
         assert hosts == ["node1", "node1", "node2", "node2"], f"ranks on hosts {hosts}"
         assert [r.local_rank for r in cluster.ranks] == [0, 1, 0, 1]
@@ -127,7 +128,7 @@ def test_four_ranks_on_two_nodes(slurm_env):
         cluster.interrupt()
         cluster.px(ALL_REDUCE)
 
-        before, old_job = [r.pid for r in cluster.ranks], cluster.jobs[-1]
+        before, old_job = [r.pid for r in cluster.ranks], cluster.launcher.jobs[-1]
         t0 = time.perf_counter()
         cluster.restart()
         restarted_in = time.perf_counter() - t0
@@ -135,7 +136,7 @@ def test_four_ranks_on_two_nodes(slurm_env):
         assert old_job not in _queue(), f"job {old_job} still in squeue after restart()"
         assert [r.host for r in cluster.ranks] == ["node1", "node1", "node2", "node2"]
         cluster.px(ALL_REDUCE)
-        engines, job = [r.pid for r in cluster.ranks], cluster.jobs[-1]
+        engines, job = [r.pid for r in cluster.ranks], cluster.launcher.jobs[-1]
     finally:
         cluster.stop()
     assert job not in _queue(), f"job {job} still in squeue after stop(): {_queue()}"
@@ -166,7 +167,7 @@ def test_a_killed_kernel_takes_its_slurm_job_with_it(slurm_env, tmp_path):
         sys.path.insert(0, {str(ROOT)!r})
         from helpers.cluster import start_cluster
         c = start_cluster(n=2, nodes=2, launcher="slurm", activate=False)
-        print("JOB", c.jobs[-1], *[r.pid for r in c.ranks], flush=True)
+        print("JOB", c.launcher.jobs[-1], *[r.pid for r in c.ranks], flush=True)
         time.sleep(600)
     """))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)

@@ -1,4 +1,5 @@
-"""Where each rank is: stacks taken from outside the engines (helpers.stacks, Cluster.stacks)."""
+"""Where each rank is: stacks taken from outside the engines (helpers.cluster.stacks and
+Cluster.stacks)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import time
 
 import pytest
 
-from helpers import RankError, stacks
+from helpers import RankError
+from helpers.cluster import stacks
 
 STUCK = """
 import time
@@ -18,7 +20,7 @@ if rank == 1:
     known_function_name()
 """
 
-PY_SPY_DUMP = """Process 42: python -m helpers.forkserver
+PY_SPY_DUMP = """Process 42: python -m helpers.cluster.forkserver
 Python v3.11.7
 
 Thread 42 (idle): "MainThread"

@@ -136,16 +136,16 @@ def test_the_launcher_comes_from_the_argument_then_the_environment_then_local():
 
 
 def test_nodes_come_from_the_argument_then_the_environment_and_only_slurm_spans_hosts():
-    assert resolve_nodes(None, "slurm", {}) == 1
-    assert resolve_nodes(None, "slurm", {"COURSE_NODES": " 2 "}) == 2
-    assert resolve_nodes(3, "slurm", {"COURSE_NODES": "2"}) == 3
-    assert resolve_nodes(1, "local", {}) == 1
+    assert resolve_nodes(None, "slurm", True, {}) == 1
+    assert resolve_nodes(None, "slurm", True, {"COURSE_NODES": " 2 "}) == 2
+    assert resolve_nodes(3, "slurm", True, {"COURSE_NODES": "2"}) == 3
+    assert resolve_nodes(1, "local", False, {}) == 1
     with pytest.raises(ClusterConfigError, match=r"COURSE_NODES=2: only launcher 'slurm'"):
-        resolve_nodes(None, "local", {"COURSE_NODES": "2"})
+        resolve_nodes(None, "local", False, {"COURSE_NODES": "2"})
     with pytest.raises(ClusterConfigError, match=r"nodes='two' is not a whole number"):
-        resolve_nodes("two", "slurm", {})
+        resolve_nodes("two", "slurm", True, {})
     with pytest.raises(ClusterConfigError, match=r"at least 1"):
-        resolve_nodes(0, "slurm", {})
+        resolve_nodes(0, "slurm", True, {})
 
 
 def test_the_slurm_job_has_the_courses_shape_then_the_sites_options():

@@ -15,12 +15,17 @@ def ops(calls: Calls, kind: str) -> list[str]:
     return [c["op"] for c in calls if c["kind"] == kind]
 
 
-def point_to_point_only(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
-    if collectives := ops(calls, "collective"):
-        return f"called {sorted(set(collectives))}: point-to-point calls only, please"
-    if not ops(calls, "p2p"):
-        return "made no point-to-point call: the values must come from the other ranks"
+def _only(calls: Calls, kind: str, other: str, plural: str, one: str) -> str | None:
+    """Calls of `kind` only, and at least one of them."""
+    if found := ops(calls, other):
+        return f"called {sorted(set(found))}: {plural} only, please"
+    if not ops(calls, kind):
+        return f"made no {one}: the values must come from the other ranks"
     return None
+
+
+def point_to_point_only(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
+    return _only(calls, "p2p", "collective", "point-to-point calls", "point-to-point call")
 
 
 def blocking_only(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
@@ -49,11 +54,7 @@ def one_all_reduce(calls: Calls, rank: int, size: int, observed: Any) -> str | N
 
 
 def collectives_only(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
-    if p2p := ops(calls, "p2p"):
-        return f"called {sorted(set(p2p))}: collectives only, please"
-    if not ops(calls, "collective"):
-        return "made no collective call: the values must come from the other ranks"
-    return None
+    return _only(calls, "collective", "p2p", "collectives", "collective call")
 
 
 def no_communication(calls: Calls, rank: int, size: int, observed: Any) -> str | None:

@@ -24,7 +24,7 @@ import weakref
 from datetime import timedelta
 from typing import Any
 
-from ..px import to_cpu
+from ..cluster.px import to_cpu
 from ..text import first_line
 
 PEERS = {"dst": "group_dst", "src": "group_src"}

@@ -114,7 +114,7 @@ def report(result: Any, rank_of: dict[int, Any], pending: set[str], busy: list[i
     """One sentence per outcome: stopped, never got it, had finished, failed, still running."""
     from ipyparallel import error as ipp_error
 
-    from .px import error_of  # (helpers.px imports this module)
+    from .px import error_of  # (helpers.cluster.px imports this module)
 
     kinds: dict[str, list[int]] = {}
     for msg_id, engine_id, future in zip(result.msg_ids, result._targets, result._children):
@@ -211,7 +211,7 @@ class _Presses:
 
 
 STOPPED_AS_IT_BEGAN = compile(
-    "from helpers.interrupts import CtrlC\n"
+    "from helpers.cluster.interrupts import CtrlC\n"
     "raise CtrlC('the cell was stopped as it began: none of it ran.')",
     "<stopped as it began>", "exec")
 

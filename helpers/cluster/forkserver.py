@@ -17,7 +17,7 @@ Safety rules, each checked here:
 Protocol (one JSON object per line): the server prints ``{"ready": pid}`` once its imports are
 done, then answers each ``{"fork": [{"argv": [...], "log": path}, ...]}`` read from stdin with
 ``{"pids": [...]}``. It exits when stdin closes. Every process it makes carries the cluster's
-tag in its environment, so the guard (``helpers.watchdog``) can end them all.
+tag in its environment, so the guard (``helpers.cluster.watchdog``) can end them all.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 PRELOAD = ("torch", "torch.distributed", "torch.nn", "numpy", "ipyparallel.engine.app",
-           "ipykernel.ipkernel", "helpers.engine", "helpers.calltrace")
+           "ipykernel.ipkernel", "helpers.cluster.engine", "helpers.calltrace")
 
 
 class ForkServerError(RuntimeError):
@@ -118,8 +118,9 @@ class ForkServer:
         self.log = log
         with open(log, "ab") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "helpers.forkserver"], env=env, stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True,
+                [sys.executable, "-m", "helpers.cluster.forkserver"], env=env,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                start_new_session=True,
             )
         self.ready = False
 

@@ -1,0 +1,205 @@
+"""How a cluster's engines start, stop and are reached: one class per launcher.
+
+Introduced in notebook 00 (``start_cluster()``). ``LocalLauncher``, the default, forks the
+engines from a warm process on this machine; ``MpiLauncher`` (``helpers.cluster.mpi``) starts
+them with one ``mpiexec``; ``SlurmLauncher`` (``helpers.cluster.slurm``) runs them as a Slurm
+job spread over nodes. The ``Cluster`` holds what is common to all of them and asks its
+launcher for the rest; ``launcher_class`` is the one place that turns a launcher's name
+(``launcher=``, ``COURSE_LAUNCHER``) into its class.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psutil
+
+from ..topology import loopback_interface
+from .errors import START_ADVICE, ClusterError
+from .forkserver import ForkServer, ForkServerError
+from .watchdog import MARKER, end_processes
+
+if TYPE_CHECKING:
+    from .core import Cluster
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Where one rank lives: its engine, its processes and its device."""
+
+    rank: int
+    local_rank: int
+    engine_id: int
+    pid: int
+    nanny_pid: int | None
+    host: str
+    device: str
+    remote: bool = False  # on another host than the kernel (Slurm): reached through Slurm
+
+
+def visible_gpus() -> int:
+    """Number of CUDA GPUs this process can see (0 on a CPU-only build or machine)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def log_tail(path: str | Path | None, lines: int = 8) -> str:
+    """The last lines of an engine or controller log, indented, for error messages."""
+    try:
+        text = Path(path).read_text(errors="replace").splitlines()[-lines:]  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return "    (no log)"
+    return "\n".join("    " + line for line in text) or "    (empty log)"
+
+
+class Launcher:
+    """What every launcher does, and the defaults of one whose engines run on this machine."""
+
+    name = ""
+    spans_hosts = False  # can spread the ranks over several hosts (nodes > 1)
+    shared_log = False  # all engines write one log (one mpiexec, one Slurm job)
+
+    # ---- before the cluster exists ----------------------------------------------------
+    @classmethod
+    def gpus(cls, sbatch: list[str] | str | None, hosts: int) -> int:
+        """GPUs the ranks can use: this machine's."""
+        return visible_gpus()
+
+    @classmethod
+    def job_options(cls, sbatch: list[str] | str | None, world_size: int, hosts: int) -> list[str]:
+        """Options of the engines' job (none: there is no job)."""
+        return []
+
+    @classmethod
+    def check_ready(cls) -> None:
+        """Raise a ClusterError saying what to install if this machine cannot launch."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.controller_ip = "127.0.0.1"  # where engines reach the controller
+
+    # ---- where things live --------------------------------------------------------------
+    @staticmethod
+    def make_dir() -> tuple[Path, Path]:
+        """The cluster's private folder, and the folder of the controller's sockets."""
+        folder = Path(tempfile.mkdtemp(prefix="course-cluster-"))
+        return folder, folder
+
+    def engine_env(self) -> dict[str, str]:
+        """What the engines' environment adds: the cluster's tag, by which the guard finds them."""
+        return {MARKER: str(self.cluster.dir)}
+
+    def controller_launch(self) -> dict[str, Any]:
+        """How ipyparallel runs the controller (here: as it does by default)."""
+        return {}
+
+    def engine_ip(self) -> str | None:
+        """The TCP address engines reach the controller at; None: Unix sockets here."""
+        return None
+
+    # ---- the engines' life ----------------------------------------------------------------
+    def prepare(self) -> None:
+        """Work that can overlap the controller's start."""
+
+    def start_engines(self, logs: list[Path]) -> list[int]:
+        """Start the engines; the pids to watch while they register."""
+        raise NotImplementedError
+
+    def watch_start(self, log: Path, registered: int, deadline: float) -> None:
+        """Called while engines register: raise a ClusterError if they never will."""
+
+    def threads(self, ranks: list[RankInfo], infos: dict[int, dict]) -> dict[int, int]:
+        """{rank: CPU threads} where it differs from the cluster's own share of the cores."""
+        return {}
+
+    def store(self) -> tuple[dict[str, Any], str | None]:
+        """Where the ranks meet (a file in the private folder), and the interface they use."""
+        store = {"kind": "file", "path": str(self.cluster.dir / f"store-{self.cluster.generation}")}
+        return store, loopback_interface([name for _, name in socket.if_nameindex()])
+
+    def end_engines(self, grace: float, wait: bool) -> None:
+        """SIGTERM the engines, SIGKILL those alive after grace seconds."""
+        procs = []
+        for r in self.cluster.ranks:
+            if r.remote:  # on another host: ended with its job (SlurmLauncher)
+                continue
+            try:
+                procs.append(psutil.Process(r.pid))
+            except psutil.Error:
+                pass
+        end_processes(procs, grace_s=grace)
+
+    def after_restart(self) -> None:
+        """Called once the new engines run and before the new group forms."""
+
+    def stop(self) -> None:
+        """Release what the launcher itself holds."""
+
+    def signal(self, ranks: list[RankInfo], number: int) -> None:
+        """Send a signal to the ranks' engines."""
+        for r in ranks:
+            try:
+                os.kill(r.pid, number)
+            except ProcessLookupError:  # a dead rank: reported by the next cell
+                pass
+
+    def stack_sender(self, rank: RankInfo) -> Callable[[int, int], None] | None:
+        """How to signal a rank on another host for its stack (None: signal it here)."""
+        return None
+
+    def describe(self) -> str:
+        """A few words for make check, after the cluster's size ('' for the default)."""
+        hosts = sorted({r.host for r in self.cluster.ranks})
+        return f", launcher {self.name} on {', '.join(hosts)}"
+
+
+class LocalLauncher(Launcher):
+    """Engines forked on this machine from a warm process that has already imported torch."""
+
+    name = "local"
+
+    def __init__(self, cluster: Cluster) -> None:
+        super().__init__(cluster)
+        self.forkserver: ForkServer | None = None
+
+    def _new_forkserver(self) -> ForkServer:
+        return ForkServer(dict(os.environ, **self.cluster.engine_env()),
+                          self.cluster.dir / "forkserver.log")
+
+    def prepare(self) -> None:
+        self.forkserver = self._new_forkserver()  # its imports overlap the controller's
+
+    def start_engines(self, logs: list[Path]) -> list[int]:
+        if not self.forkserver.alive():
+            self.forkserver = self._new_forkserver()
+        c = self.cluster
+        try:
+            return self.forkserver.fork(
+                [{"argv": c.engine_argv(), "log": str(log)} for log in logs], c.start_timeout)
+        except ForkServerError as e:
+            raise ClusterError(
+                f"only 0 of {c.world_size} engines registered within "
+                f"{c.start_timeout:g} s: {e}.\n{START_ADVICE}") from e
+
+    def stop(self) -> None:
+        if self.forkserver is not None:
+            self.forkserver.stop()
+            self.forkserver = None
+
+    def describe(self) -> str:
+        return ""
+
+
+def launcher_class(name: str) -> type[Launcher]:
+    """The class of the launcher of this name (one of topology.LAUNCHERS)."""
+    from .mpi import MpiLauncher
+    from .slurm import SlurmLauncher
+
+    return {cls.name: cls for cls in (LocalLauncher, MpiLauncher, SlurmLauncher)}[name]
