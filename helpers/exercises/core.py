@@ -131,6 +131,12 @@ def verdict(exercise: Exercise, results: Sequence[dict[str, Any]], seed: int) ->
             if out["error"] is not None:
                 problems.append(f"{where}: {exercise.name} raised {out['error']}")
                 continue
+            if out.get("side_effects"):
+                problems.append(f"{where}: {exercise.name} changed "
+                                f"{' and '.join(out['side_effects'])}: leave them as they were "
+                                "(random numbers: draw from a generator of your own, "
+                                "torch.Generator; variables: set them back)")
+                continue
             expected = exercise.expected(out["rank"], out["size"], run_seed)
             if (problem := value_problem(out["value"], expected, exercise.atol)) is not None:
                 problems.append(f"{where}: {exercise.name} gave {problem}")

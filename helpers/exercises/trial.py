@@ -40,6 +40,10 @@ class GroupDist:
 
         self._dist, self._group = dist, group
 
+    def _ours(self, group: Any) -> Any:
+        """The group a call names: none, or the whole world, means the trial's group."""
+        return self._group if group is None or group is self._dist.group.WORLD else group
+
     def __getattr__(self, name: str) -> Any:
         real = getattr(self._dist, name)
         if not callable(real) or isinstance(real, type) or name in ("batch_isend_irecv",):
@@ -54,8 +58,7 @@ class GroupDist:
         def on_group(*args: Any, **kwargs: Any) -> Any:
             bound = inspect.signature(getattr(self._dist, name)).bind_partial(*args, **kwargs)
             arguments = dict(bound.arguments)
-            if arguments.get("group") is None:
-                arguments["group"] = self._group
+            arguments["group"] = self._ours(arguments.get("group"))
             for peer, group_peer in PEERS.items():
                 if arguments.get(peer) is not None and group_peer in parameters:
                     arguments[group_peer] = arguments.pop(peer)
@@ -72,14 +75,14 @@ class GroupDist:
               tag: int = 0) -> Any:
         """dist.P2POp on the group, with peer read as a group rank."""
         real_op = getattr(self._dist, getattr(op, "real_name", getattr(op, "__name__", "")))
-        return self._dist.P2POp(real_op, tensor, group=group or self._group, tag=tag,
+        return self._dist.P2POp(real_op, tensor, group=self._ours(group), tag=tag,
                                 group_peer=peer)
 
     def get_rank(self, group: Any = None) -> int:
-        return self._dist.get_rank(group or self._group)
+        return self._dist.get_rank(self._ours(group))
 
     def get_world_size(self, group: Any = None) -> int:
-        return self._dist.get_world_size(group or self._group)
+        return self._dist.get_world_size(self._ours(group))
 
 
 def rebound(namespace: dict[str, Any], names: dict[str, Any]) -> dict[str, Any]:
@@ -120,6 +123,7 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
                                "observed": None}
     with torch.random.fork_rng(devices=[]):  # the inputs leave the learner's generator alone
         args = exercise.make_args(rank, size, device, group, seed)
+    before = _global_state()
     bookmark = calltrace.mark()
     try:
         returned = world[exercise.name](*args)
@@ -129,10 +133,46 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
         outcome["error"] = first_line(e)
     finally:  # the copy and its functions refer to each other: break the cycle, which would
         world.clear()  # keep the group (its sockets and threads) alive until a garbage collection
+    outcome["side_effects"] = _changes(before, _global_state())
     group_ranks = tuple(dist.get_process_group_ranks(group))
     outcome["calls"] = [{k: e[k] for k in ("op", "kind", "peer", "parts", "shapes")}
                         for e in calltrace.since(bookmark) if e["group_ranks"] == group_ranks]
     return outcome
+
+
+def _global_state() -> dict[str, Any]:
+    """What an answer must leave as it found it: the global random generators (torch's, on
+    the CPU and the GPUs; Python's; numpy's) and the environment."""
+    import random
+
+    import numpy as np
+    import torch
+
+    state = {"torch's random generator": torch.get_rng_state(),
+             "Python's random generator": random.getstate(),
+             "numpy's random generator": np.random.get_state(legacy=False),
+             "the environment (os.environ)": dict(os.environ)}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["torch's CUDA random generators"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The names of what differs between two _global_state()s."""
+    import torch
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, torch.Tensor):
+            return torch.equal(a, b)
+        if isinstance(a, list | tuple):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if hasattr(a, "shape"):  # a numpy array
+            return bool((a == b).all())
+        return a == b
+
+    return [name for name in before if name in after and not same(before[name], after[name])]
 
 
 def run(exercise: Any, seed: int, timeout_s: float = 5.0) -> dict[str, Any]:

@@ -1,0 +1,53 @@
+"""How a learner's function is run for a check (helpers.exercises.trial): a right answer written
+another way passes without harming the cluster, and side effects on the global random
+generators or the environment are named, whatever the exercise."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from helpers import checks
+
+COUNT_RANKS = checks.COUNT_RANKS
+
+EXPLICIT_WORLD = '''
+def count_ranks():
+    one = torch.ones(1, device=device)
+    dist.all_reduce(one, group=dist.group.WORLD)
+    return int(one.item())
+'''
+
+
+def test_an_explicit_world_group_is_the_checks_group_and_the_cluster_stays_healthy(cluster3,
+                                                                                  capsys):
+    cluster3.px(EXPLICIT_WORLD)
+    started = time.monotonic()
+    checks.check(cluster3, COUNT_RANKS, seed=5)
+    assert "right on all 3 ranks, and again on 2 ranks alone" in capsys.readouterr().out
+    # no wait for a timeout: the smaller run did not wait for the rank left out of it
+    assert time.monotonic() - started < cluster3.timeout
+    cluster3.px("t = torch.ones(1); dist.all_reduce(t); assert t.item() == world_size")
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ("torch.manual_seed(0)", "torch's random generator"),
+    ("import random; random.random()", "Python's random generator"),
+    ("import numpy; numpy.random.seed(1)", "numpy's random generator"),
+    ("import os; os.environ['COURSE_TRIAL_LEFTOVER'] = '1'", "the environment (os.environ)"),
+])
+def test_a_right_value_with_a_side_effect_is_named(cluster3, change, named):
+    cluster3.px(f'''
+def count_ranks():
+    {change}
+    one = torch.ones(1, device=device)
+    dist.all_reduce(one)
+    return int(one.item())
+''')
+    try:
+        with pytest.raises(AssertionError, match=re.escape(f"count_ranks changed {named}")):
+            checks.check(cluster3, COUNT_RANKS, seed=5)
+    finally:
+        cluster3.px("import os; os.environ.pop('COURSE_TRIAL_LEFTOVER', None)")
