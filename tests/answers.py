@@ -67,7 +67,9 @@ def swap_with_partner(mine):
     dist.all_gather(everyone, mine)
     partner = rank ^ 1
     return everyone[partner] if partner < world_size else mine''', "point-to-point calls only"),
-    ("both receive first", RIGHT["swap_with_partner"].replace("rank % 2 == 0", "False"), "raised"),
+    ("both receive first", RIGHT["swap_with_partner"].replace("rank % 2 == 0", "False"),
+     "a deadlock at world size 3: rank 0 waits in recv from rank 1, rank 1 waits in recv from "
+     "rank 0"),
     ("a list", RIGHT["swap_with_partner"].replace("    return theirs", "    return [theirs]"),
      "a list"),
 ]
@@ -98,7 +100,7 @@ def shift_right(mine):
     shifted = torch.empty_like(mine)
     dist.recv(shifted, src=(rank - 1) % world_size)
     dist.send(mine, dst=(rank + 1) % world_size)
-    return shifted''', "raised"),
+    return shifted''', "a deadlock at world size 3: rank 0 waits in recv from rank 2"),
 ]
 
 RIGHT["ring_sum"] = '''
@@ -446,7 +448,7 @@ def ring_exchange():
         req.wait()
     return got.item()''', "blocking dist.send and dist.recv only"),
     ("everyone receives first", RIGHT["ring_exchange"].replace("rank % 2 == 0", "False"),
-     "raised"),
+     "a deadlock at world size 3: rank 0 waits in recv from rank 2"),
     ("an int", RIGHT["ring_exchange"].replace("return got.item()", "return int(got.item())"),
      "(an int)"),
     ("its own rank, no message", "def ring_exchange():\n    return float((rank - 1) % world_size)",
