@@ -130,14 +130,23 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
         outcome["value"] = to_cpu(exercise.collect(args, returned))
         outcome["observed"] = exercise.observe(args, returned)
     except Exception as e:  # noqa: BLE001 - the learner's error is the checker's verdict
-        outcome["error"] = first_line(e)
+        outcome["error"] = error_text(e)
     finally:  # the copy and its functions refer to each other: break the cycle, which would
         world.clear()  # keep the group (its sockets and threads) alive until a garbage collection
     outcome["side_effects"] = _changes(before, _global_state())
     group_ranks = tuple(dist.get_process_group_ranks(group))
-    outcome["calls"] = [{k: e[k] for k in ("op", "kind", "peer", "parts", "shapes")}
+    outcome["calls"] = [{k: e[k] for k in ("op", "kind", "peer", "parts", "shapes", "state")}
                         for e in calltrace.since(bookmark) if e["group_ranks"] == group_ranks]
     return outcome
+
+
+def error_text(error: BaseException, lines: int = 4, width: int = 400) -> str:
+    """The learner's error as one line a learner can act on: its type and the first lines of
+    its message (load_state_dict names the missing and unexpected keys on its second line)."""
+    shown = [line.strip() for line in str(error).strip().splitlines() if line.strip()][:lines]
+    text = " / ".join(shown)
+    text = text if len(text) <= width else text[:width - 3] + "..."
+    return f"{type(error).__name__}: {text}" if text else first_line(error)
 
 
 def _global_state() -> dict[str, Any]:
