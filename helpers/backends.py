@@ -116,7 +116,9 @@ def _all_to_all_single(rank, n, device, group):
 
 
 def _barrier(rank, n, device, group):
-    dist.barrier(group=group)
+    """A barrier on device's backend: the course's group has no device_id, so on GPU ranks a
+    barrier without device_ids would run on the group's gloo part (distributed_c10d.barrier)."""
+    dist.barrier(group=group, device_ids=[device.index] if device.type == "cuda" else None)
     return True
 
 

@@ -18,7 +18,7 @@ import torch
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import FuncFormatter, LogLocator
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from .text import format_bytes
 
@@ -143,11 +143,13 @@ def plot_bandwidth(
     title: str,
     reference: str | None = None,
     ylabel: str = "bandwidth (MB/s)",
+    ticks: Sequence[int] | None = None,
 ) -> Figure:
     """Bandwidth (bytes/s, shown in MB/s) against message size (bytes), log-log (notebook 02).
 
     curves maps a label to {size in bytes: bytes/s}; the curve named `reference` (e.g. the
-    point-to-point bandwidth) is drawn as a dashed black line.
+    point-to-point bandwidth) is drawn as a dashed black line; `ticks` (e.g. the measured
+    sizes) puts the size axis's labels there, so each point can be found in a table.
     """
     fig, ax = plt.subplots(figsize=(6, 3.6), dpi=DPI)
     for label, points in curves.items():
@@ -157,6 +159,9 @@ def plot_bandwidth(
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(LogLocator(base=32))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda b, _: format_bytes(b)))
+    if ticks is not None:
+        ax.set_xticks(list(ticks), [format_bytes(b) for b in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_yscale("log")
     ax.set_xlabel("message size")
     ax.set_ylabel(ylabel)

@@ -8,6 +8,7 @@ Long cells show a progress bar while a learner runs them, and nothing where outp
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -24,6 +25,15 @@ def first_line(error: BaseException | str) -> str:
     message = getattr(error, "evalue", None) if hasattr(error, "ename") else str(error)
     line = first_line(str(message or ""))
     return f"{name}: {line}" if line else name
+
+
+def backend_message(error: BaseException | str, width: int = 80) -> str:
+    """A backend's error as one short line (notebook 01): its first line, without the source
+    location gloo puts in front ('[.../pair.cc:553] '), cut at a word to at most width."""
+    line = first_line(str(error))
+    if line.startswith("[") and "] " in line:
+        line = line.split("] ", 1)[1]
+    return textwrap.shorten(line, width, placeholder=" ...")
 
 
 def table(rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> str:

@@ -9,8 +9,55 @@ import torch
 
 from .core import Calls, Exercise
 from .means import (
+    blocking_only,
     point_to_point_only,
 )
+
+SENDS = ("send", "isend", "send_object_list")  # the other point-to-point calls receive
+
+
+def messages(calls: Calls) -> tuple[list[Any], list[Any]]:
+    """The peers (global ranks) of every message a rank sent and of every one it received,
+    batch_isend_irecv's parts included; a receive from any source has peer None."""
+    sent: list[Any] = []
+    received: list[Any] = []
+    for c in calls:
+        if c["kind"] != "p2p":
+            continue
+        if c["op"] == "batch_isend_irecv":
+            for op, peer, _ in c.get("parts") or ():
+                (sent if op == "isend" else received).append(peer)
+        else:
+            (sent if c["op"] in SENDS else received).append(c["peer"])
+    return sent, received
+
+
+def posted_together(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
+    """Point-to-point only, and non-blocking calls only inside batch_isend_irecv (step 5: an
+    isend or irecv posted on its own, next to a call the other way, can deadlock under NCCL)."""
+    if problem := point_to_point_only(calls, rank, size, observed):
+        return problem
+    if alone := sorted({c["op"] for c in calls if c["op"] in ("isend", "irecv")}):
+        return (f"called {alone} one by one: post non-blocking calls together with "
+                "dist.batch_isend_irecv, or order blocking send/recv by parity (step 5)")
+    return None
+
+
+def ring_neighbours(calls: Calls, rank: int, size: int, count: int | None = None) -> str | None:
+    """Every message goes to the right neighbour and comes from the left one (count of each,
+    if given)."""
+    right, left = (rank + 1) % size, (rank - 1) % size
+    sent, received = messages(calls)
+    if wrong := sorted({str(p) for p in sent if p != right}):
+        return (f"sent to rank(s) {', '.join(wrong)}: around the ring a rank sends only to "
+                f"its right neighbour, rank {right}")
+    if wrong := sorted({"any source" if p is None else str(p) for p in received if p != left}):
+        return (f"received from {', '.join(wrong)}: around the ring a rank receives only from "
+                f"its left neighbour, rank {left}")
+    if count is not None and (len(sent), len(received)) != (count, count):
+        return (f"sent {len(sent)} and received {len(received)} messages: the ring takes "
+                f"exactly {count} steps of one send and one receive each")
+    return None
 
 
 def _pair_value(rank: int, seed: int) -> torch.Tensor:
@@ -31,12 +78,12 @@ def _swap_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None
     if (rank ^ 1) >= size:
         return None if not calls else (f"rank {rank} has no partner at world size {size}, "
                                        f"but called {sorted({c['op'] for c in calls})}")
-    return point_to_point_only(calls, rank, size, observed)
+    return blocking_only(calls, rank, size, observed)
 
 
 SWAP_WITH_PARTNER = Exercise(
     "swap_with_partner", _swap_args, _swap_expected, _swap_means,
-    "point-to-point calls only, and no call on a rank without a partner", min_size=2)
+    "blocking send and recv only, and no call on a rank without a partner", min_size=2)
 
 
 def shift_input(rank: int, seed: int = 0) -> torch.Tensor:
@@ -53,8 +100,14 @@ def _shift_expected(rank: int, size: int, seed: int) -> torch.Tensor:
     return shift_input((rank - 1) % size, seed)
 
 
-SHIFT_RIGHT = Exercise("shift_right", _shift_args, _shift_expected, point_to_point_only,
-                       "point-to-point calls only", min_size=2)
+def _shift_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
+    return posted_together(calls, rank, size, observed) or ring_neighbours(calls, rank, size)
+
+
+SHIFT_RIGHT = Exercise(
+    "shift_right", _shift_args, _shift_expected, _shift_means,
+    "point-to-point only, to the right neighbour and from the left, in a form that cannot "
+    "deadlock", min_size=2)
 
 
 def ring_value(rank: int, seed: int) -> torch.Tensor:
@@ -71,14 +124,9 @@ def _ring_sum_expected(rank: int, size: int, seed: int) -> torch.Tensor:
 
 
 def _ring_sum_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
-    if problem := point_to_point_only(calls, rank, size, observed):
-        return problem
-    sends = sum(1 for c in calls if c["op"] in ("send", "isend")) + sum(
-        1 for c in calls for p in c.get("parts") or () if p[0] == "isend")
-    if sends > size:
-        return f"sent {sends} messages: a ring needs no more than {size - 1} per rank"
-    return None
+    return (posted_together(calls, rank, size, observed)
+            or ring_neighbours(calls, rank, size, count=size - 1))
 
 
 RING_SUM = Exercise("ring_sum", _ring_sum_args, _ring_sum_expected, _ring_sum_means,
-                    "point-to-point only, around the ring", min_size=2)
+                    "point-to-point only, around the ring in world_size - 1 steps", min_size=2)
