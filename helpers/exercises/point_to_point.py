@@ -15,6 +15,10 @@ from .means import (
 
 SENDS = ("send", "isend", "send_object_list")  # the other point-to-point calls receive
 
+# the lesson's own globals, computed at the cluster's size: an answer that reads them instead
+# of its own is told so by a NameError in the run on one rank fewer
+LESSON_NAMES = ("partner", "has_partner", "right", "left")
+
 
 def messages(calls: Calls) -> tuple[list[Any], list[Any]]:
     """The peers (global ranks) of every message a rank sent and of every one it received,
@@ -83,7 +87,8 @@ def _swap_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None
 
 SWAP_WITH_PARTNER = Exercise(
     "swap_with_partner", _swap_args, _swap_expected, _swap_means,
-    "blocking send and recv only, and no call on a rank without a partner", min_size=2)
+    "blocking send and recv only, and no call on a rank without a partner", min_size=2,
+    extra={"lesson_names": LESSON_NAMES})
 
 
 def shift_input(rank: int, seed: int = 0) -> torch.Tensor:
@@ -107,7 +112,7 @@ def _shift_means(calls: Calls, rank: int, size: int, observed: Any) -> str | Non
 SHIFT_RIGHT = Exercise(
     "shift_right", _shift_args, _shift_expected, _shift_means,
     "point-to-point only, to the right neighbour and from the left, in a form that cannot "
-    "deadlock", min_size=2)
+    "deadlock", min_size=2, extra={"lesson_names": LESSON_NAMES})
 
 
 def ring_value(rank: int, seed: int) -> torch.Tensor:
@@ -129,4 +134,5 @@ def _ring_sum_means(calls: Calls, rank: int, size: int, observed: Any) -> str | 
 
 
 RING_SUM = Exercise("ring_sum", _ring_sum_args, _ring_sum_expected, _ring_sum_means,
-                    "point-to-point only, around the ring in world_size - 1 steps", min_size=2)
+                    "point-to-point only, around the ring in world_size - 1 steps", min_size=2,
+                    extra={"lesson_names": LESSON_NAMES})

@@ -119,6 +119,8 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
     rank, size = dist.get_rank(group), dist.get_world_size(group)
     world = rebound(namespace, {"dist": GroupDist(group), "rank": rank, "world_size": size,
                                 "device": device})
+    for stale in exercise.extra.get("lesson_names", ()):  # the lesson's own globals, right
+        world.pop(stale, None)  # only at the full size: a clear NameError, not a wrong peer
     outcome: dict[str, Any] = {"rank": rank, "size": size, "value": None, "error": None,
                                "observed": None}
     with torch.random.fork_rng(devices=[]):  # the inputs leave the learner's generator alone
