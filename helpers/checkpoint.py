@@ -34,6 +34,15 @@ class CheckpointError(RuntimeError):
     """A checkpoint could not be saved or loaded; the message names the file and the problem."""
 
 
+# ---- where -----------------------------------------------------------------------------
+def scratch_directory(prefix: str, shared: bool = False) -> Path:
+    """A new private folder for a notebook's files. On one machine it is in /tmp; with
+    shared=True (ranks on other hosts must read what is written there: the Slurm launcher) it
+    is in $COURSE_SHARED_DIR, else the notebook's folder, which the nodes see and /tmp is not."""
+    where = (os.environ.get("COURSE_SHARED_DIR", "").strip() or os.getcwd()) if shared else None
+    return Path(tempfile.mkdtemp(prefix=f".{prefix}" if shared else prefix, dir=where))
+
+
 # ---- names -----------------------------------------------------------------------------
 def checkpoint_path(directory: str | Path, step: int, kind: str = "pt") -> Path:
     """Where the checkpoint of a step goes: step-000042.pt (a file) or step-000042.dcp (sharded)."""
@@ -110,6 +119,17 @@ def fsync_directory(directory: str | Path) -> None:
         os.close(fd)
 
 
+def new_file_mode() -> int:
+    """The permissions open() gives a new file: 0o666 less the umask (mkstemp's are 0o600)."""
+    try:
+        with open("/proc/self/status") as f:  # Linux: the umask, read without changing it
+            umask = next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        umask = os.umask(0o022)  # elsewhere: set and put back (the only way to read it)
+        os.umask(umask)
+    return 0o666 & ~umask
+
+
 def atomic_save(state: dict[str, Any], path: str | Path) -> Path:
     """torch.save `state` (with its checksum) to a temporary file, then rename it over `path`.
 
@@ -123,6 +143,8 @@ def atomic_save(state: dict[str, Any], path: str | Path) -> Path:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as f:
+            if hasattr(os, "fchmod"):  # readable by whoever could read a torch.save file here
+                os.fchmod(f.fileno(), new_file_mode())
             torch.save({**state, CHECKSUM_KEY: state_checksum(state)}, f)
             f.flush()
             os.fsync(f.fileno())

@@ -318,3 +318,34 @@ def test_a_save_on_a_full_disk_says_so_and_keeps_the_previous_checkpoint(tmp_pat
         assert kept in message and "Nothing was written" in message, message
     assert out["files"] == ["step-000001.pt", "step-000002.pt"], "a temporary file was left"
     assert out["latest"] == "step-000002.pt" and out["kept"] == 2000
+
+
+def test_atomic_save_gives_the_permissions_of_a_plain_save(tmp_path):
+    """mkstemp makes its file private (0o600) and os.replace keeps that: atomic_save must give
+    the checkpoint what torch.save would (0o666 less the umask), for a teammate's job to read."""
+    from helpers.checkpoint import new_file_mode
+
+    plain, atomic = tmp_path / "plain.pt", tmp_path / "step-000001.pt"
+    torch.save({"w": torch.ones(2)}, plain)
+    atomic_save({"w": torch.ones(2)}, atomic)
+    assert new_file_mode() == plain.stat().st_mode & 0o777
+    assert atomic.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777, oct(atomic.stat().st_mode)
+
+
+def test_scratch_directory_is_private_and_shared_only_when_asked(tmp_path, monkeypatch):
+    """Notebook 05's working folder: /tmp on one machine; with shared=True (ranks on other
+    hosts: the Slurm launcher) in $COURSE_SHARED_DIR, which the nodes see and /tmp is not."""
+    import tempfile
+
+    from helpers.checkpoint import scratch_directory
+
+    local = scratch_directory("course-test-")
+    monkeypatch.setenv("COURSE_SHARED_DIR", str(tmp_path))
+    shared = scratch_directory("course-test-", shared=True)
+    try:
+        assert local.parent == Path(tempfile.gettempdir()) and local.name.startswith("course-test-")
+        assert shared.parent == tmp_path and shared.name.startswith(".course-test-")
+        assert local.stat().st_mode & 0o777 == shared.stat().st_mode & 0o777 == 0o700
+    finally:
+        local.rmdir()
+        shared.rmdir()

@@ -1,9 +1,18 @@
 """The exercises of notebook 05 (checkpointing):
-their inputs, right answers and rules."""
+their inputs, right answers and rules.
+
+Beyond the value, the checkers hold an answer to what the exercises' text asks: a *model* is
+returned (exercise 1), the directory is left as it was (exercise 2), only rank 0 reads the file
+and the weights travel by collectives (exercise 3), and every ``torch.load`` of the exercise's
+file keeps ``weights_only=True`` (an audit hook sees an unrestricted unpickler at work)."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import random
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -12,63 +21,166 @@ from torch import nn
 from ..data import mlp
 from . import trial
 from .core import Calls, Exercise
-from .means import (
-    no_communication,
-    ops,
-)
+from .means import collectives_only, no_communication
+
+# ---- what the checks remember on a rank between writing the inputs and judging the answer ---
+_file_weights: dict[str, dict[str, torch.Tensor]] = {}  # exercise 1: path -> the file's weights
+_devices: dict[str, Any] = {}  # exercise 1: path -> the rank's device
+_listings: dict[str, dict[str, str]] = {}  # exercise 2: directory -> {name: sha256}
+_unsafe_loads: dict[str, int] = {}  # path -> torch.load calls that unpickled it unrestricted
+_hooked: list[bool] = []
 
 
-def _checkpoint_dir(seed: int, rank: int) -> Any:
+def _unsafe_audit(event: str, args: tuple) -> None:
+    """Count loads of a watched file by torch.load(..., weights_only=False): only that path
+    unpickles with pickle's own find_class (weights_only=True never calls it)."""
+    if event != "pickle.find_class" or not _unsafe_loads:
+        return
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "load" and code.co_filename == torch.serialization.__file__:
+            f = frame.f_locals.get("f")
+            name = f if isinstance(f, str | bytes | os.PathLike) else getattr(f, "name", None)
+            if isinstance(name, str | bytes | os.PathLike):
+                path = os.path.abspath(os.fsdecode(name))
+                if path in _unsafe_loads:
+                    _unsafe_loads[path] += 1
+            return
+        frame = frame.f_back
+
+
+def _watch_unsafe(path: str | os.PathLike) -> None:
+    """From now on, count the loads of path that do not keep weights_only=True."""
+    if not _hooked:  # an audit hook cannot be removed: add it once per process
+        sys.addaudithook(_unsafe_audit)
+        _hooked.append(True)
+    _unsafe_loads[os.path.abspath(os.fspath(path))] = 0
+
+
+def _unsafe(path: str | os.PathLike, who: str) -> str | None:
+    """What to say if path was loaded with weights_only=False since _watch_unsafe(path)."""
+    if _unsafe_loads.get(os.path.abspath(os.fspath(path)), 0):
+        return (f"{who} loaded the file with weights_only=False, which lets a file run code: "
+                "keep weights_only=True (the default)")
+    return None
+
+
+def _folder(seed: int, rank: int) -> Path:
+    """The folder of one rank's files for one check."""
     import tempfile
-    from pathlib import Path
 
-    path = Path(tempfile.gettempdir()) / f"course-exercise-{seed}-{rank}"
+    return Path(tempfile.gettempdir()) / f"course-exercise-{seed}-{rank}"
+
+
+def _checkpoint_dir(seed: int, rank: int) -> Path:
+    path = _folder(seed, rank)
     path.mkdir(exist_ok=True)
     return path
 
 
 def _remove_checkpoints(rank: int, seed: int) -> None:
-    """Remove the files this rank's checks wrote (both runs: seed and seed + 1)."""
+    """Remove the files this rank's checks wrote (both runs: seed and seed + 1), and forget
+    what the checks remembered about them."""
     import shutil
-    import tempfile
-    from pathlib import Path
 
     for s in (seed, seed + 1):
-        shutil.rmtree(Path(tempfile.gettempdir()) / f"course-exercise-{s}-{rank}",
-                      ignore_errors=True)
+        shutil.rmtree(_folder(s, rank), ignore_errors=True)
+        folders = tuple(os.path.join(os.path.abspath(_folder(s, r)), "") for r in (rank, 0))
+        for memory in (_file_weights, _devices, _listings, _unsafe_loads):  # (exercise 3 uses
+            for key in [k for k in memory if os.path.abspath(k).startswith(folders)]:  # rank 0's)
+                del memory[key]
 
 
+def _file_model(seed: int) -> dict[str, torch.Tensor]:
+    """The weights the checks save (mlp seeds the global generator: keep the caller's)."""
+    with torch.random.fork_rng(devices=[]):
+        return dict(mlp(seed=seed % 1000).state_dict())
+
+
+# ---- exercise 1: a checkpoint saved the wrong way ------------------------------------------
 def _wrong_way_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
-    path = _checkpoint_dir(seed, rank) / "wrong_way.pt"
-    model = mlp(seed=seed % 1000)  # saved the wrong way: with DDP's "module." on every key
-    torch.save({f"module.{k}": v for k, v in model.state_dict().items()}, path)
-    return (str(path),)
+    path = str(_checkpoint_dir(seed, rank) / "wrong_way.pt")
+    weights = _file_model(seed)  # saved the wrong way: with DDP's "module." on every key
+    torch.save({f"module.{k}": v for k, v in weights.items()}, path)
+    _file_weights[path], _devices[path] = weights, torch.device(device)
+    _watch_unsafe(path)
+    return (path,)
+
+
+def _returned_model(returned: Any) -> nn.Module | None:
+    """The returned object if it is a plain model (not DDP), else None."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(returned, nn.Module) and not isinstance(returned, DistributedDataParallel):
+        return returned
+    return None
 
 
 def _state_of(args: tuple, returned: Any) -> Any:
-    if not isinstance(returned, nn.Module):
-        return returned
-    return {k: v.detach().cpu() for k, v in returned.state_dict().items()}
+    """The weights of a returned plain model, judged as values. Anything else is judged by
+    _what_was_returned, whose message can say what came back (the value rule would only say
+    "expected a dict"): it is given the file's weights here, so that that rule speaks."""
+    model = _returned_model(returned)
+    if model is None:
+        return _file_weights[args[0]]
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+def _what_was_returned(args: tuple, returned: Any) -> str | None:
+    """What is wrong with the returned object itself (a model, plain, on device), and with how
+    the file was loaded; None if nothing."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if problem := _unsafe(args[0], "load_wrong_way"):
+        return problem
+    want = _devices[args[0]]
+    if isinstance(returned, DistributedDataParallel):
+        return "load_wrong_way gave a DDP model: return the plain mlp() (no DDP wrapper)"
+    if _returned_model(returned) is None:
+        what = "None" if returned is None else f"a {type(returned).__name__}"
+        return (f"load_wrong_way gave {what}, not a model: return a plain mlp() on {want} "
+                "holding the file's weights")
+    where = {p.device for p in returned.parameters()}
+    if where != {want}:
+        return f"load_wrong_way gave a model on {sorted(map(str, where))}, expected it on {want}"
+    return None
 
 
 def _wrong_way_expected(rank: int, size: int, seed: int) -> dict[str, torch.Tensor]:
-    return dict(mlp(seed=seed % 1000).state_dict())
+    return _file_model(seed)
+
+
+def _wrong_way_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
+    return no_communication(calls, rank, size, observed) or observed
 
 
 LOAD_WRONG_WAY = Exercise("load_wrong_way", _wrong_way_args, _wrong_way_expected,
-                          no_communication, "the weights of the file", collect=_state_of,
-                          cleanup=_remove_checkpoints)
+                          _wrong_way_means, "a plain model on the rank's device, the weights "
+                          "of the file, loaded with weights_only=True", collect=_state_of,
+                          observe=_what_was_returned, cleanup=_remove_checkpoints)
 
 
+# ---- exercise 2: the newest checkpoint that loads ------------------------------------------
 def _newest_setup(seed: int) -> list[tuple[int, str]]:
-    """(step, kind) of the files the directory holds; kind: good, torn, temporary, corrupt."""
+    """(step, kind) of the files the directory holds; kind: good, torn, temporary, corrupt.
+
+    Every bad kind sits above the newest good checkpoint, so that an answer which skips one
+    of the checks (opens nothing, or trusts torch.load without the checksum) is wrong in
+    every case. One seed in three has no good file at all: the answer is then None (the
+    seeds of one check's cases, and of its run on fewer ranks, cover every remainder)."""
     gen = random.Random(seed)
-    steps = sorted(gen.sample(range(1, 90), 5))
-    kinds = ["good", "good"] + gen.sample(["torn", "corrupt", "temporary"], 3)
-    gen.shuffle(kinds)
-    if "good" not in kinds[:3]:
-        kinds[gen.randrange(3)] = "good"
-    return list(zip(steps, kinds))
+    good = 0 if seed % 3 == 0 else gen.randint(1, 3)
+    bad = ["torn", "corrupt", "temporary"]
+    gen.shuffle(bad)
+    steps = sorted(gen.sample(range(1, 90), good + len(bad)))
+    return list(zip(steps, ["good"] * good + bad))
+
+
+def _snapshot(directory: Path) -> dict[str, str]:
+    """{name: sha256 of its bytes} of every file in the directory."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.iterdir()) if p.is_file()}
 
 
 def _newest_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
@@ -82,42 +194,62 @@ def _newest_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tu
         data = path.read_bytes()
         if kind == "torn":
             path.write_bytes(data[: len(data) // 2])
-        elif kind == "corrupt":
+        elif kind == "corrupt":  # a flipped byte inside the tensor: torch.load does not notice
             flipped = bytearray(data)
             flipped[len(flipped) // 2] ^= 0xFF
             path.write_bytes(bytes(flipped))
-        elif kind == "temporary":
+        elif kind == "temporary":  # a complete file, under the name of a save in progress
             path.rename(directory / f".{path.name}.x1y2z3.partial")
+    _listings[str(directory)] = _snapshot(directory)
     return (str(directory),)
 
 
-def _newest_expected(rank: int, size: int, seed: int) -> str:
-    import tempfile
-    from pathlib import Path
-
-    step = max(s for s, kind in _newest_setup(seed) if kind == "good")
-    return str(Path(tempfile.gettempdir()) / f"course-exercise-{seed}-{rank}" / "run"
-               / f"step-{step:06d}.pt")
-
-
-def _as_str(args: tuple, returned: Any) -> Any:
-    from pathlib import Path
-
-    return str(returned) if isinstance(returned, Path) else returned
+def _in_directory(args: tuple, returned: Any) -> Any:
+    """A returned str as '<directory>/name' (the rank's own folder, wherever its /tmp is);
+    anything else as it is, so that a Path or a bare name is judged as given."""
+    if isinstance(returned, str):
+        folder, full = os.path.realpath(args[0]), os.path.realpath(returned)
+        if os.path.dirname(full) == folder:
+            return f"<directory>/{os.path.basename(full)}"
+    return returned
 
 
-NEWEST_LOADABLE = Exercise("newest_loadable", _newest_args, _newest_expected, no_communication,
-                           "", collect=_as_str, cases=3, cleanup=_remove_checkpoints)
+def _directory_changes(args: tuple, returned: Any) -> str | None:
+    before, now = _listings[args[0]], _snapshot(Path(args[0]))
+    if now == before:
+        return None
+    gone = sorted(set(before) - set(now))
+    changed = sorted(k for k in before if k in now and now[k] != before[k])
+    added = sorted(set(now) - set(before))
+    return (f"newest_loadable changed the directory (removed {gone}, rewrote {changed}, added "
+            f"{added}): it must only read it")
 
 
+def _newest_expected(rank: int, size: int, seed: int) -> str | None:
+    steps = [s for s, kind in _newest_setup(seed) if kind == "good"]
+    return f"<directory>/step-{max(steps):06d}.pt" if steps else None
+
+
+def _newest_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
+    return no_communication(calls, rank, size, observed) or observed
+
+
+NEWEST_LOADABLE = Exercise("newest_loadable", _newest_args, _newest_expected, _newest_means,
+                           "None where no checkpoint is good, the directory left as it was",
+                           collect=_in_directory, observe=_directory_changes, cases=3,
+                           cleanup=_remove_checkpoints)
+
+
+# ---- exercise 3: read once, share with everyone --------------------------------------------
 def _share_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
     import torch.distributed as dist
 
-    path = _checkpoint_dir(seed, 0) / "shared.pt"
+    path = _folder(seed, 0) / "shared.pt"  # rank 0's folder: only rank 0 writes (and reads) it
     if rank == 0:
-        torch.save({k: v for k, v in mlp(seed=seed % 1000).state_dict().items()}, path)
+        torch.save(_file_model(seed), _checkpoint_dir(seed, 0) / "shared.pt")
     dist.barrier(group=group)
     trial.watch(path)
+    _watch_unsafe(path)
     return str(path), mlp(seed=(seed + 1 + rank) % 1000).to(device)
 
 
@@ -125,21 +257,25 @@ def _share_state(args: tuple, returned: Any) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu() for k, v in args[1].state_dict().items()}
 
 
-def _share_opened(args: tuple, returned: Any) -> int:
-    return trial.opened(args[0])
+def _share_opened(args: tuple, returned: Any) -> tuple[int, str | None]:
+    return trial.opened(args[0]), _unsafe(args[0], "rank 0")
 
 
 def _share_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
-    if rank != 0 and observed:
+    opened, unsafe = observed
+    if rank != 0 and opened:
         return f"rank {rank} opened the file itself: only rank 0 may read it"
-    if rank == 0 and not observed:
+    if rank == 0 and not opened:
         return "rank 0 never opened the file"
-    if not ops(calls, "collective"):
-        return "made no collective call: the weights must reach the other ranks from rank 0"
+    if unsafe:
+        return unsafe
+    if problem := collectives_only(calls, rank, size, observed):
+        return problem.replace("the values must come from the other ranks",
+                               "the weights must reach the other ranks from rank 0")
     return None
 
 
 LOAD_AND_SHARE = Exercise(
     "load_and_share", _share_args, _wrong_way_expected, _share_means,
-    "only rank 0 reads the file", collect=_share_state, observe=_share_opened,
-    cleanup=_remove_checkpoints)
+    "only rank 0 reads the file (weights_only=True), the weights travel by collectives",
+    collect=_share_state, observe=_share_opened, cleanup=_remove_checkpoints)
