@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from .text import first_line
+from .topology import shared_folder
 
 TEMP_SUFFIX = ".partial"
 CHECKSUM_KEY = "_sha256"
@@ -39,7 +40,7 @@ def scratch_directory(prefix: str, shared: bool = False) -> Path:
     """A new private folder for a notebook's files. On one machine it is in /tmp; with
     shared=True (ranks on other hosts must read what is written there: the Slurm launcher) it
     is in $COURSE_SHARED_DIR, else the notebook's folder, which the nodes see and /tmp is not."""
-    where = (os.environ.get("COURSE_SHARED_DIR", "").strip() or os.getcwd()) if shared else None
+    where = shared_folder() if shared else None
     return Path(tempfile.mkdtemp(prefix=f".{prefix}" if shared else prefix, dir=where))
 
 

@@ -74,6 +74,13 @@ def choose_launcher(launcher: str | None, env: Mapping[str, str] | None = None) 
     return value
 
 
+def shared_folder(env: Mapping[str, str] | None = None) -> str:
+    """A folder that the hosts of a multi-host cluster see too: $COURSE_SHARED_DIR, else the
+    current folder (the notebook's: on a cluster a home or project folder; /tmp is not shared)."""
+    env = os.environ if env is None else env
+    return env.get("COURSE_SHARED_DIR", "").strip() or os.getcwd()
+
+
 def resolve_nodes(nodes: int | None, launcher: str, spans_hosts: bool,
                   env: Mapping[str, str] | None = None) -> int:
     """How many hosts the ranks are spread over: the argument, else $COURSE_NODES, else 1.

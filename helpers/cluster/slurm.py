@@ -26,6 +26,7 @@ from ..topology import (
     gpus_per_node,
     sbatch_extra,
     sbatch_options,
+    shared_folder,
     threads_per_rank,
 )
 from . import engine
@@ -161,8 +162,7 @@ class SlurmLauncher(Launcher):
         """A folder the nodes see too ($COURSE_SHARED_DIR, else the notebook's folder); the
         controller's sockets on this machine's own disk, under a short path (a socket's path
         holds at most 107 bytes)."""
-        shared = os.environ.get("COURSE_SHARED_DIR", "").strip() or os.getcwd()
-        return (Path(tempfile.mkdtemp(prefix=".course-cluster-", dir=shared)),
+        return (Path(tempfile.mkdtemp(prefix=".course-cluster-", dir=shared_folder())),
                 Path(tempfile.mkdtemp(prefix="course-sockets-")))
 
     def engine_env(self) -> dict[str, str]:
