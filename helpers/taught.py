@@ -10,7 +10,6 @@ ask the process group for the rank and the world size instead of reading the nam
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import torch
@@ -18,6 +17,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from .timing import mark
 
 
 # ---- notebook 02 -------------------------------------------------------------------------
@@ -112,14 +113,11 @@ def train(
     batch: int,
     lr: float,
     average: Callable[[nn.Module], None] | None = None,
-    replicas: int | None = None,
-    replica_rank: int | None = None,
 ) -> nn.Module:
     """SGD for `steps` batches of this rank's DistributedSampler (seed 0, set_epoch every
     epoch); average(model) after backward() if given (notebook 04's loop)."""
-    sampler = DistributedSampler(train_set, num_replicas=replicas or dist.get_world_size(),
-                                 rank=dist.get_rank() if replica_rank is None else replica_rank,
-                                 shuffle=True, seed=0)
+    sampler = DistributedSampler(train_set, num_replicas=dist.get_world_size(),
+                                 rank=dist.get_rank(), shuffle=True, seed=0)
     loader = DataLoader(train_set, batch_size=batch, sampler=sampler)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     step, epoch = 0, 0
@@ -139,7 +137,7 @@ def train(
     return model
 
 
-# ---- notebook 04, step 9 -----------------------------------------------------------------
+# ---- notebook 04, step 10 ----------------------------------------------------------------
 class OverlappedAverage:
     """Average each gradient over the ranks while backward() runs: an async all_reduce per
     parameter, started by a hook; wait() before the optimizer step (notebook 04)."""
@@ -147,6 +145,7 @@ class OverlappedAverage:
     def __init__(self, model: nn.Module):
         self.pending: list = []
         self.log: list | None = None
+        self.device = next(model.parameters()).device
         for p in model.parameters():
             p.register_post_accumulate_grad_hook(self.ready)
 
@@ -157,9 +156,12 @@ class OverlappedAverage:
     def started(self, work: dist.Work, grads: object) -> None:
         self.pending.append((work, grads))
         if self.log is not None:
-            begun, log = time.perf_counter(), self.log
+            begun, log = mark(self.device), self.log
+            # gloo: called once the all-reduce has completed; NCCL: called at once, with a
+            # current stream that waits for the all-reduce, so the CUDA event recorded there
+            # completes with it
             work.get_future().then(lambda _: log.append(("all_reduce", begun,
-                                                          time.perf_counter())))
+                                                          mark(self.device))))
 
     def wait(self) -> None:
         """Before the optimizer step: wait for every all_reduce started during backward()."""
@@ -172,25 +174,32 @@ class OverlappedAverage:
 
 
 class BucketedAverage(OverlappedAverage):
-    """Gradients in buckets of about cap_bytes, in the order backward() produces them; one
+    """Gradients in DDP's buckets for cap_bytes, in the order backward() produces them; one
     async all_reduce per bucket, started when its last gradient is in (notebook 04)."""
 
     def __init__(self, model: nn.Module, cap_bytes: int = 1 << 20):
         self.pending, self.log = [], None
-        self.buckets: list[list[nn.Parameter]] = []
-        current: list[nn.Parameter] = []
-        size = 0
-        for p in reversed(list(model.parameters())):  # backward() produces the last layer's first
-            if current and size + p.numel() * p.element_size() > cap_bytes:
-                self.buckets.append(current)
-                current, size = [], 0
-            current.append(p)
-            size += p.numel() * p.element_size()
-        self.buckets.append(current)
+        self.device = next(model.parameters()).device
+        self.buckets = self.ddp_buckets(model, cap_bytes)
         self.bucket_of = {p: i for i, bucket in enumerate(self.buckets) for p in bucket}
         self.missing = [len(bucket) for bucket in self.buckets]
         for p in model.parameters():
             p.register_post_accumulate_grad_hook(self.ready)
+
+    @staticmethod
+    def ddp_buckets(model: nn.Module, cap_bytes: int) -> list[list[nn.Parameter]]:
+        """DDP's rule: the parameters in the order backward() produces their gradients, each
+        bucket closed at the one that brings it to cap_bytes (notebook 04)."""
+        buckets: list[list[nn.Parameter]] = []
+        current: list[nn.Parameter] = []
+        size = 0
+        for p in reversed(list(model.parameters())):  # the last layer's gradients come first
+            current.append(p)
+            size += p.numel() * p.element_size()
+            if size >= cap_bytes:
+                buckets.append(current)
+                current, size = [], 0
+        return buckets + [current] if current else buckets
 
     def ready(self, p: nn.Parameter) -> None:
         i = self.bucket_of[p]

@@ -7,7 +7,9 @@ One statistic throughout: **the median, over repeats, of the slowest rank's time
 repeat starts on every rank at once (a barrier); a repeat lasts as long as its slowest rank,
 because in data parallelism every rank waits for the last one at the next collective; and the
 median over repeats is robust to a stray slow repeat. GPU work is asynchronous, so a timer
-must wait for the device (``sync``) before it reads the clock.
+must wait for the device (``sync``) before it reads the clock. Where the parts of one step
+matter (notebook 04's timeline), ``mark`` records a CUDA event on a GPU instead: it times the
+GPU's own work on one stream, where a clock read after ``sync`` would also wait for the others.
 
 Bandwidth: the algorithm bandwidth is bytes / time; the bus bandwidth multiplies it by a
 factor per operation, so that every operation can be compared with the speed of one link
@@ -78,6 +80,24 @@ def time_on_all_ranks(
     dist.all_gather(gathered, torch.tensor(mine, dtype=torch.float64, device=device), group=group)
     per_rank = [t.tolist() for t in gathered]
     return slowest_median([[per_rank[r][i] for r in range(n)] for i in range(repeats)])
+
+
+def mark(device: torch.device | str | None) -> float | torch.cuda.Event:
+    """Now, as `device` sees it (notebook 04): on a GPU, a CUDA event recorded on the current
+    stream, which completes when the GPU has done the work queued before it; elsewhere, the
+    host clock. Read two marks with seconds_between (on a GPU, after sync(device))."""
+    if device is not None and torch.device(device).type == "cuda":
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(device))
+        return event
+    return time.perf_counter()
+
+
+def seconds_between(start: float | torch.cuda.Event, end: float | torch.cuda.Event) -> float:
+    """Seconds from mark `start` to mark `end` (notebook 04); CUDA events must have completed."""
+    if isinstance(start, torch.cuda.Event):
+        return start.elapsed_time(end) / 1e3
+    return end - start
 
 
 class Stopwatch:
