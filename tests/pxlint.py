@@ -9,6 +9,16 @@ two kinds of bug that pass on CPU ranks and fail there:
   together with ``batch_isend_irecv`` (calls in exclusive branches, such as ``if rank == 0``
   and ``elif rank == 1``, run on different ranks and are fine).
 
+and three kinds of timing that hold on the CPU and not under NCCL, where a collective's call,
+and its ``wait()``, return to Python before the GPU has done the work:
+
+- ``is_completed()`` asserted after ``wait()``: under NCCL ``wait()`` makes the current CUDA
+  stream wait and returns at once, so the work may still be running;
+- a clock read in a callback of a ``Work``'s future (``get_future().then(...)``): under NCCL
+  that callback does not mark the end of the GPU work;
+- a clock read after a communication call with no synchronise in between (``sync(device)``,
+  ``torch.cuda.synchronize()``, or a value read back with ``.item()``/``.tolist()``/``.cpu()``).
+
 Used by tests/test_pxlint.py; run it alone with ``python tests/pxlint.py notebooks``.
 """
 
@@ -161,10 +171,63 @@ def _p2p_problems(tree: ast.AST) -> list[tuple[int, str]]:
     return sorted(set(problems))
 
 
+CLOCKS = {"perf_counter", "perf_counter_ns", "time", "monotonic", "monotonic_ns"}
+SYNCS = {"synchronize", "sync", "item", "tolist", "cpu", "elapsed_time"}
+
+
+def _called(node: ast.AST) -> str | None:
+    """The name a call calls: f(...) -> 'f', x.y.f(...) -> 'f'."""
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+
+
+def _clock_reads(tree: ast.AST) -> list[int]:
+    """Lines that read the host clock: time.perf_counter(), time.time(), ..."""
+    return sorted(n.lineno for n in ast.walk(tree)
+                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                  and isinstance(n.func.value, ast.Name) and n.func.value.id == "time"
+                  and n.func.attr in CLOCKS)
+
+
+def _timing_problems(tree: ast.AST) -> list[tuple[int, str]]:
+    clocks = _clock_reads(tree)
+    syncs = sorted(n.lineno for n in ast.walk(tree) if _called(n) in SYNCS)
+    waits = sorted(n.lineno for n in ast.walk(tree) if _called(n) == "wait")
+    functions = {f.name: f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
+    problems = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assert) and any(_called(n) == "is_completed"
+                                                for n in ast.walk(node.test)):
+            if any(w <= node.lineno and not any(w <= s <= node.lineno for s in syncs)
+                   for w in waits):
+                problems.append((node.lineno, "is_completed() asserted after wait(): under "
+                                 "NCCL wait() does not block the CPU, so the work may still "
+                                 "be running (synchronize first, or assert nothing of it)"))
+        if _called(node) == "then" and node.args:
+            callback = node.args[0]
+            body = functions.get(callback.id) if isinstance(callback, ast.Name) else callback
+            if body is not None and _clock_reads(body):
+                problems.append((node.lineno, "a clock read in a Work future's callback: "
+                                 "under NCCL the future completes when the work is queued, "
+                                 "not done; time GPU work with CUDA events"))
+        op = _is_dist_call(node, COMMUNICATION)
+        if op is None or any(k.arg == "group" for k in node.keywords):
+            continue
+        before = [c for c in clocks if c < node.lineno]
+        after = [c for c in clocks if c > node.lineno]
+        if before and after and not any(node.lineno <= s <= after[0] for s in syncs):
+            problems.append((after[0], f"the clock is read after dist.{op} with no "
+                             "synchronise in between: under NCCL the call returns before the "
+                             "GPU has done the work (call sync(device) first)"))
+    return problems
+
+
 def lint_source(code: str) -> list[tuple[int, str]]:
     """(line, message) for every problem in the Python of one %%px cell."""
     tree = ast.parse(code)
-    return sorted(_device_problems(tree) + _p2p_problems(tree))
+    return sorted(set(_device_problems(tree) + _p2p_problems(tree) + _timing_problems(tree)))
 
 
 def lint_notebook(path: Path) -> list[Finding]:

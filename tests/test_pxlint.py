@@ -55,3 +55,41 @@ def test_an_ungrouped_isend_irecv_pair_is_flagged_and_exclusive_branches_are_not
     same_branch = ("if rank < 2:\n    dist.isend(a, dst=1 - rank).wait()\n"
                    "    dist.irecv(b, src=1 - rank).wait()")
     assert len(lint_source(same_branch)) == 1
+
+
+@pytest.mark.parametrize("code, says", [
+    ("works = [dist.all_reduce(t, async_op=True)]\nfor w in works:\n    w.wait()\n"
+     "assert all(w.is_completed() for w in works)", "is_completed() asserted after wait()"),
+    ("work = dist.all_reduce(t, async_op=True)\nwork.wait()\nassert work.is_completed()",
+     "is_completed() asserted after wait()"),
+    ("begun = time.perf_counter()\nwork = dist.all_reduce(g, async_op=True)\n"
+     "work.get_future().then(lambda _: log.append((begun, time.perf_counter())))",
+     "a clock read in a Work future's callback"),
+    ("def done(_):\n    ends.append(time.perf_counter())\n"
+     "dist.all_reduce(g, async_op=True).get_future().then(done)",
+     "a clock read in a Work future's callback"),
+    ("t0 = time.perf_counter()\nfor _ in range(5):\n    dist.all_reduce(t)\n"
+     "elapsed = time.perf_counter() - t0", "the clock is read after dist.all_reduce"),
+    ("start = time.time()\nwork = dist.broadcast(t, src=0, async_op=True)\nwork.wait()\n"
+     "took = time.time() - start", "the clock is read after dist.broadcast"),
+])
+def test_host_side_timing_that_holds_only_on_the_cpu_is_flagged(code, says):
+    messages = [m for _, m in lint_source(code)]
+    assert any(m.startswith(says) for m in messages), messages
+
+
+@pytest.mark.parametrize("code", [
+    "work = dist.all_reduce(t, async_op=True)\nwork.wait()\nsync(device)\n"
+    "assert work.is_completed()",                                   # synchronised first
+    "work = dist.all_reduce(t, async_op=True)\nassert work.wait()",  # nothing of is_completed
+    "work = dist.all_reduce(g, async_op=True)\nwork.get_future().then(lambda f: f.value())",
+    "t0 = time.perf_counter()\nfor _ in range(5):\n    dist.all_reduce(t)\nsync(device)\n"
+    "elapsed = time.perf_counter() - t0",
+    "t0 = time.perf_counter()\ndist.all_reduce(t)\nvalue = t.item()\n"
+    "elapsed = time.perf_counter() - t0",                           # .item() waits for it
+    "t0 = time.perf_counter()\ndist.all_reduce(t, group=gloo)\n"
+    "elapsed = time.perf_counter() - t0",                           # a CPU group of its own
+    "dist.all_reduce(t)\nt0 = time.perf_counter()\nx = f()\nelapsed = time.perf_counter() - t0",
+])
+def test_timing_that_waits_for_the_device_passes(code):
+    assert lint_source(code) == []
