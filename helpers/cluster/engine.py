@@ -136,7 +136,7 @@ def join_process_group(
         world_size=world_size,
         timeout=timeout,
         # no device_id: a group bound to one GPU refuses tensors on any other, and a rank
-        # that drives two GPUs (notebook 04, step 9) needs both; torch.cuda.set_device above
+        # that drives two GPUs (notebook 04, step 11) needs both; torch.cuda.set_device above
         # makes `device` the rank's GPU for everything else
     )
     from .. import calltrace
