@@ -1,9 +1,9 @@
 """Run a launcher such as torchrun from a notebook cell: bounded, and watched for open ports.
 
-Introduced in notebook 04 (from notebook to script) and used throughout notebook 07
-(launching jobs). A run that outlives its timeout is
-ended as a whole: the launcher and every process it started (torchrun starts each worker
-in a session of its own, so they are found as its descendants, not by process group).
+Introduced in notebook 07 (launching jobs), which uses it throughout. A run that outlives
+its timeout is ended as a whole: the launcher and every process it started (torchrun starts
+each worker in a session of its own, so they are found as its descendants, not by process
+group).
 While it runs, every address on which one of its processes listens is recorded, so the
 notebook can check that nothing was reachable from outside the machine.
 """
@@ -147,6 +147,15 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """count different TCP ports free on host right now (all held at once while they are drawn)."""
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in socks]
 
 
 def loopback_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
