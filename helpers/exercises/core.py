@@ -5,7 +5,9 @@ Introduced in notebook 00 (the first exercise). The learner's function runs on t
 
 from __future__ import annotations
 
+import copy
 import math
+import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -214,19 +216,34 @@ def no_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
     return ()
 
 
+Problem = Callable[[Any, Any], "str | None"]
+
+
 def judge_cases(name: str, fn: Callable[..., Any], cases: Sequence[tuple[str, tuple, Any]],
-                what: str) -> None:
+                what: str, problem: Problem = value_problem) -> None:
     """Run a function the learner wrote in the notebook on every case (label, args, right
-    answer); raise an AssertionError naming the first five cases it gets wrong."""
+    answer); raise an AssertionError naming the first five cases it gets wrong, a change to
+    its arguments or to this process's environment (os.environ) included."""
     problems = []
     for label, args, right in cases:
+        before, environ = copy.deepcopy(args), dict(os.environ)
         try:
             got = fn(*args)
         except Exception as e:  # noqa: BLE001 - the learner's error is the checker's verdict
             problems.append(f"{label}: raised {first_line(e)}")
             continue
-        if (problem := value_problem(got, right)) is not None:
-            problems.append(f"{label}: returned {problem}")
+        finally:
+            if changed := sorted(k for k in environ.keys() | os.environ.keys()
+                                 if environ.get(k) != os.environ.get(k)):
+                os.environ.clear()  # the notebook keeps the environment it had
+                os.environ.update(environ)
+        if changed:
+            problems.append(f"{label}: changed os.environ ({', '.join(changed)}): leave this "
+                            "process's environment as it was (return values, do not set them)")
+        elif args != before:
+            problems.append(f"{label}: changed its arguments: leave them as they were")
+        elif (wrong := problem(got, right)) is not None:
+            problems.append(f"{label}: returned {wrong}")
     if problems:
         raise AssertionError(f"{name} is not right yet:\n  " + "\n  ".join(problems[:5])
                              + (f"\n  ... and {len(problems) - 5} more" if len(problems) > 5

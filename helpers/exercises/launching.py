@@ -6,49 +6,12 @@ the function left its inputs and this process's environment (os.environ) as they
 
 from __future__ import annotations
 
-import copy
-import os
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..text import first_line
-from .core import describe, value_problem
-
-Problem = Callable[[Any, Any], "str | None"]
-
-
-def _judge(name: str, fn: Callable[..., Any], cases: Sequence[tuple[str, tuple, Any]],
-           what: str, problem: Problem = value_problem) -> None:
-    """Run fn on every case (label, args, right answer); raise an AssertionError naming the
-    first five cases it gets wrong, its inputs or os.environ changed included."""
-    problems = []
-    for label, args, right in cases:
-        before, environ = copy.deepcopy(args), dict(os.environ)
-        try:
-            got = fn(*args)
-        except Exception as e:  # noqa: BLE001 - the learner's error is the checker's verdict
-            problems.append(f"{label}: raised {first_line(e)}")
-            continue
-        finally:
-            if changed := sorted(k for k in environ.keys() | os.environ.keys()
-                                 if environ.get(k) != os.environ.get(k)):
-                os.environ.clear()  # the notebook keeps the environment it had
-                os.environ.update(environ)
-        if changed:
-            problems.append(f"{label}: changed os.environ ({', '.join(changed)}): return the "
-                            "variables, do not set them in this process")
-        elif args != before:
-            problems.append(f"{label}: changed its arguments: leave them as they were")
-        elif (wrong := problem(got, right)) is not None:
-            problems.append(f"{label}: returned {wrong}")
-    if problems:
-        raise AssertionError(f"{name} is not right yet:\n  " + "\n  ".join(problems[:5])
-                             + (f"\n  ... and {len(problems) - 5} more" if len(problems) > 5
-                                else ""))
-    print(f"{name}: right on {len(cases)} {what}")
-
+from .core import describe, judge_cases, value_problem
 
 # ---- exercise 1: what torchrun sets ------------------------------------------------------
 
@@ -112,7 +75,8 @@ def env_cases(trials: int = 12) -> list[tuple[str, tuple, dict[str, str]]]:
 
 def check_env_for(env_for: Callable[..., Any]) -> None:
     """Notebook 07, exercise 1: the environment torchrun gives one worker of a job."""
-    _judge("env_for", env_for, env_cases(), "processes of 12 jobs of 1 to 5 hosts", env_problem)
+    judge_cases("env_for", env_for, env_cases(), "processes of 12 jobs of 1 to 5 hosts",
+                env_problem)
 
 
 # ---- exercise 2: Slurm's task layout -------------------------------------------------------
@@ -157,7 +121,7 @@ def node_rank_cases(trials: int = 15) -> list[tuple[str, tuple, list[int]]]:
 
 def check_node_ranks(node_ranks: Callable[[str, int], Any]) -> None:
     """Notebook 07, exercise 2: the global ranks Slurm places on one node."""
-    _judge("node_ranks", node_ranks, node_rank_cases(), "nodes of 15 allocations")
+    judge_cases("node_ranks", node_ranks, node_rank_cases(), "nodes of 15 allocations")
 
 
 # ---- exercise 3: why won't it start? -------------------------------------------------------
@@ -249,5 +213,5 @@ def check_rendezvous_problems(rendezvous_problems: Callable[[list], Any], trials
         envs, right = planted_envs(seed)
         missing = " (one missing)" if seed % 3 == 1 else ""
         cases.append((f"{len(envs)} processes{missing}, job #{seed}", (envs,), right))
-    _judge("rendezvous_problems", rendezvous_problems, cases,
+    judge_cases("rendezvous_problems", rendezvous_problems, cases,
            "planted jobs of 2 to 8 processes, some with one process missing")
