@@ -40,6 +40,27 @@ def count_ranks():
      "made 2 collective calls"),
 ]
 
+# what "without asking" rules out, and what the checker reads to see it (both world sizes)
+_ASKING = [
+    ("a barrier, then world_size", '''
+def count_ranks():
+    dist.barrier()
+    return world_size''', "count_ranks reads world_size"),
+    ("a barrier, then dist.get_world_size()", '''
+def count_ranks():
+    dist.barrier()
+    return dist.get_world_size()''', "count_ranks reads get_world_size"),
+    ("the collective, then a helper that reads world_size", '''
+def how_many():
+    return world_size
+
+def count_ranks():
+    one = torch.ones(1, device=device)
+    dist.all_reduce(one)
+    return how_many()''', "count_ranks reads world_size"),
+]
+WRONG["count_ranks"] += [(*planted, size) for planted in _ASKING for size in (3, 4)]
+
 # ---- notebook 01 ---------------------------------------------------------------------------
 RIGHT["swap_with_partner"] = '''
 def swap_with_partner(mine):
@@ -56,6 +77,9 @@ def swap_with_partner(mine):
     return theirs
 '''
 WRONG["swap_with_partner"] = [
+    ("the lesson's partner, read from outside", "partner = rank ^ 1\n" + RIGHT[
+        "swap_with_partner"].replace("    partner = rank ^ 1\n", ""),
+     "name 'partner' is not defined"),
     ("the stub", "def swap_with_partner(mine):\n    return None", "gave None"),
     ("no exchange", "def swap_with_partner(mine):\n    return mine", "expected"),
     ("no partner check", RIGHT["swap_with_partner"].replace(
@@ -73,6 +97,31 @@ def swap_with_partner(mine):
     ("a list", RIGHT["swap_with_partner"].replace("    return theirs", "    return [theirs]"),
      "a list"),
 ]
+
+# the exercise asks for blocking calls ordered by parity: step 5's other fix is not it
+_NOT_BLOCKING = [
+    ("isend and irecv, then wait", '''
+def swap_with_partner(mine):
+    partner = rank ^ 1
+    if partner >= world_size:
+        return mine
+    theirs = torch.empty_like(mine)
+    reqs = [dist.isend(mine, dst=partner), dist.irecv(theirs, src=partner)]
+    for req in reqs:
+        req.wait()
+    return theirs''', "blocking dist.send and dist.recv only"),
+    ("batch_isend_irecv", '''
+def swap_with_partner(mine):
+    partner = rank ^ 1
+    if partner >= world_size:
+        return mine
+    theirs = torch.empty_like(mine)
+    ops = [dist.P2POp(dist.isend, mine, partner), dist.P2POp(dist.irecv, theirs, partner)]
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+    return theirs''', "blocking dist.send and dist.recv only"),
+]
+WRONG["swap_with_partner"] += [(*planted, size) for planted in _NOT_BLOCKING for size in (3, 4)]
 
 RIGHT["shift_right"] = '''
 def shift_right(mine):
@@ -103,6 +152,28 @@ def shift_right(mine):
     return shifted''', "a deadlock at world size 3: rank 0 waits in recv from rank 2"),
 ]
 
+# not posted together, or not around the ring (both world sizes)
+_SHIFT_FORM = [
+    ("isend then irecv, one by one", '''
+def shift_right(mine):
+    shifted = torch.empty_like(mine)
+    reqs = [dist.isend(mine, dst=(rank + 1) % world_size),
+            dist.irecv(shifted, src=(rank - 1) % world_size)]
+    for req in reqs:
+        req.wait()
+    return shifted''', "one by one"),
+    ("every rank sends to every rank", '''
+def shift_right(mine):
+    others = [r for r in range(world_size) if r != rank]
+    got = {r: torch.empty_like(mine) for r in others}
+    ops = [dist.P2POp(dist.isend, mine, r) for r in others]
+    ops += [dist.P2POp(dist.irecv, got[r], r) for r in others]
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+    return got[(rank - 1) % world_size]''', "a rank sends only to its right neighbour"),
+]
+WRONG["shift_right"] += [(*planted, size) for planted in _SHIFT_FORM for size in (3, 4)]
+
 RIGHT["ring_sum"] = '''
 def ring_sum(x):
     total, passing = x.clone(), x.clone()
@@ -125,6 +196,57 @@ WRONG["ring_sum"] = [
     ("a float", RIGHT["ring_sum"].replace("return total", "return total.sum().item()"),
      "(a float)"),
 ]
+
+# the right total, but not around the ring in world_size - 1 steps (both world sizes)
+_NOT_A_RING = [
+    ("a star through rank 0", '''
+def ring_sum(x):
+    if rank == 0:
+        total = x.clone()
+        for src in range(1, world_size):
+            part = torch.empty_like(x)
+            dist.recv(part, src=src)
+            total += part
+        for dst in range(1, world_size):
+            dist.send(total, dst=dst)
+        return total
+    dist.send(x, dst=0)
+    total = torch.empty_like(x)
+    dist.recv(total, src=0)
+    return total''', "a rank sends only to its right neighbour"),
+    ("every rank sends to every rank", '''
+def ring_sum(x):
+    others = [r for r in range(world_size) if r != rank]
+    parts = [torch.empty_like(x) for _ in others]
+    ops = [dist.P2POp(dist.isend, x, r) for r in others]
+    ops += [dist.P2POp(dist.irecv, p, r) for r, p in zip(others, parts)]
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+    return x + sum(parts)''', "a rank sends only to its right neighbour"),
+    ("a token around the ring, then the total around again", '''
+def ring_sum(x):
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+    total = x.clone()
+    if rank != 0:
+        incoming = torch.empty_like(x)
+        dist.recv(incoming, src=left)
+        total += incoming
+    if rank != world_size - 1:
+        dist.send(total, dst=right)
+    if rank == world_size - 1:
+        dist.send(total, dst=right)
+    else:
+        dist.recv(total, src=left)
+        if rank != world_size - 2:
+            dist.send(total, dst=right)
+    return total''', "the ring takes exactly"),
+    ("isend and irecv one by one", RIGHT["ring_sum"].replace(
+        "ops = [dist.P2POp(dist.isend, passing, right), dist.P2POp(dist.irecv, incoming, left)]\n"
+        "        for req in dist.batch_isend_irecv(ops):",
+        "reqs = [dist.isend(passing, dst=right), dist.irecv(incoming, src=left)]\n"
+        "        for req in reqs:"), "one by one"),
+]
+WRONG["ring_sum"] += [(*planted, size) for planted in _NOT_A_RING for size in (3, 4)]
 
 # ---- notebook 02 ---------------------------------------------------------------------------
 RIGHT["mean_of_all"] = '''
@@ -152,6 +274,16 @@ def mean_of_all(x):
     ("a float", RIGHT["mean_of_all"].replace("return total / world_size",
                                              "return (total / world_size).mean().item()"),
      "(a float)"),
+]
+
+# x left as it was (the text says so): all_reduce in place on the caller's x, at 3 and 4 ranks
+WRONG["mean_of_all"] += [
+    (what, source, "changed the caller's x", size) for size in (3, 4) for what, source in (
+        ("all_reduce on x itself",
+         "def mean_of_all(x):\n    dist.all_reduce(x)\n    return x / world_size"),
+        ("AVG on x itself",
+         "def mean_of_all(x):\n    dist.all_reduce(x, op=dist.ReduceOp.AVG)\n    return x"),
+    )
 ]
 
 RIGHT["ring_all_gather"] = '''
@@ -185,6 +317,51 @@ def ring_all_gather(chunk):
      "a list"),
 ]
 
+# a ring of world_size - 1 steps of one chunk each (the text says so), at 3 and 4 ranks
+WRONG["ring_all_gather"] += [
+    (what, source, piece, size) for size in (3, 4) for what, source, piece in (
+        ("every rank to every rank", '''
+def ring_all_gather(chunk):
+    n, size = world_size, chunk.numel()
+    parts = [torch.empty_like(chunk) for _ in range(n)]
+    parts[rank] = chunk.clone()
+    ops = [dist.P2POp(dist.isend, chunk, r) for r in range(n) if r != rank]
+    ops += [dist.P2POp(dist.irecv, parts[r], r) for r in range(n) if r != rank]
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+    return torch.cat(parts)''', "sent to rank(s)"),
+        ("a star through rank 0", '''
+def ring_all_gather(chunk):
+    n, size = world_size, chunk.numel()
+    gathered = torch.zeros(n * size, device=chunk.device, dtype=chunk.dtype)
+    if rank == 0:
+        gathered[:size] = chunk
+        for r in range(1, n):
+            dist.recv(gathered[r * size:(r + 1) * size], src=r)
+        for r in range(1, n):
+            dist.send(gathered, dst=r)
+    else:
+        dist.send(chunk, dst=0)
+        dist.recv(gathered, src=0)
+    return gathered''', "around the ring a rank"),
+        ("the whole buffer every step", '''
+def ring_all_gather(chunk):
+    n, size = world_size, chunk.numel()
+    gathered = torch.zeros(n * size, device=chunk.device, dtype=chunk.dtype)
+    gathered[rank * size:(rank + 1) * size] = chunk
+    right, left = (rank + 1) % n, (rank - 1) % n
+    for step in range(n - 1):
+        inc = (rank - step - 1) % n
+        received = torch.empty_like(gathered)
+        ops = [dist.P2POp(dist.isend, gathered.clone(), right),
+               dist.P2POp(dist.irecv, received, left)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+        gathered[inc * size:(inc + 1) * size] = received[inc * size:(inc + 1) * size]
+    return gathered''', "each step passes one chunk"),
+    )
+]
+
 RIGHT["tree_broadcast"] = '''
 import math
 
@@ -209,6 +386,33 @@ def tree_broadcast(t):
     else:
         dist.recv(t, src=0)
     return t''', "a tree needs at most 2 rounds", 4),
+]
+
+# the tree of the text, t filled and returned (the text says so), at 3 and 4 ranks
+WRONG["tree_broadcast"] += [
+    (what, source, piece, size) for size in (3, 4) for what, source, piece in (
+        ("a chain 0 -> 1 -> 2 -> ...", '''
+def tree_broadcast(t):
+    if rank > 0:
+        dist.recv(t, src=rank - 1)
+    if rank + 1 < world_size:
+        dist.send(t, dst=rank + 1)
+    return t''', "in the tree rank 2 receives once, from rank 0"),
+        ("rank 1 sends to all the others", '''
+def tree_broadcast(t):
+    if rank == 0:
+        dist.send(t, dst=1)
+    elif rank == 1:
+        dist.recv(t, src=0)
+        for r in range(2, world_size):
+            dist.send(t, dst=r)
+    else:
+        dist.recv(t, src=1)
+    return t''', "in the tree rank 2 receives once, from rank 0"),
+        ("a copy filled and returned", RIGHT["tree_broadcast"].replace(
+            "def tree_broadcast(t):\n", "def tree_broadcast(t):\n    t = t.clone()\n"),
+         "returned another tensor"),
+    )
 ]
 
 # ---- notebook 03 ---------------------------------------------------------------------------
@@ -247,6 +451,10 @@ def weighted_average_gradients(model, n_local):
         dist.all_reduce(p.grad)
         p.grad /= world_size''', "values off by up to"),
 ]
+WRONG["weighted_average_gradients"] += [  # the exercise changes gradients, never the weights
+    ("an SGD step as well", RIGHT["weighted_average_gradients"] + '''
+        with torch.no_grad():
+            p -= 0.1 * p.grad''', "changed the parameter", size) for size in (3, 4)]
 
 RIGHT["in_sync"] = '''
 import hashlib
@@ -279,6 +487,18 @@ def in_sync(model):
     return bool(low.item() == high.item())''', "expected False"),
     ("a tensor", RIGHT["in_sync"].replace("bool(low.item() == high.item())", "low == high"),
      "tensor"),
+]
+WRONG["in_sync"] += [  # the last bit (one ulp), and object collectives, at 3 and 4 ranks
+    *[("a fingerprint of the values rounded to 1e-6", RIGHT["in_sync"].replace(
+        "flat.numpy()", "torch.round(flat, decimals=6).numpy()"), "expected False", size)
+      for size in (3, 4)],
+    *[("everyone's parameters by all_gather_object", '''
+def in_sync(model):
+    mine = [p.detach().cpu() for p in model.parameters()]
+    everyone = [None] * world_size
+    dist.all_gather_object(everyone, mine)
+    return all(all(torch.equal(a, b) for a, b in zip(theirs, mine)) for theirs in everyone)''',
+       "tensor collectives only", size) for size in (3, 4)],
 ]
 
 # ---- notebook 04 ---------------------------------------------------------------------------
@@ -337,6 +557,24 @@ def accumulate(model, opt, micro_batches):
         F.cross_entropy(model(xb), yb).backward()
         opt.step()''', "off by up to"),
 ]
+WRONG["accumulate"] += [(what, source, piece, size) for size in (3, 4) for what, source, piece in [
+    ("no zero_grad: an earlier step's gradients added in",
+     RIGHT["accumulate"].replace("    opt.zero_grad()\n", ""), "off by up to"),
+    ("all micro-batches in one forward pass", '''
+def accumulate(model, opt, micro_batches):
+    opt.zero_grad()
+    xs = torch.cat([xb for xb, _ in micro_batches])
+    ys = torch.cat([yb for _, yb in micro_batches])
+    F.cross_entropy(model(xs), ys).backward()
+    opt.step()''', "one micro-batch"),
+    ("every forward first, the summed losses in one backward", '''
+def accumulate(model, opt, micro_batches):
+    opt.zero_grad()
+    k = len(micro_batches)
+    loss = sum(F.cross_entropy(model(xb), yb) for xb, yb in micro_batches) / k
+    loss.backward()
+    opt.step()''', "one micro-batch at a time"),
+]]
 
 RIGHT["my_shard"] = '''
 import math
@@ -344,14 +582,14 @@ import math
 def my_shard(n_samples, epoch):
     order = torch.randperm(n_samples, generator=torch.Generator().manual_seed(epoch)).tolist()
     total = math.ceil(n_samples / world_size) * world_size
-    order += order[: total - n_samples]  # pad by repeating the first indices
+    order = (order * math.ceil(total / n_samples))[:total]  # pad: repeat, as often as needed
     return order[rank:total:world_size]
 '''
 WRONG["my_shard"] = [
     ("the stub", "def my_shard(n_samples, epoch):\n    return []", "expected"),
-    ("no padding", RIGHT["my_shard"].replace("    order += order[: total - n_samples]"
-                                             "  # pad by repeating the first indices\n", ""),
-     "expected"),
+    ("no padding", RIGHT["my_shard"].replace(
+        "    order = (order * math.ceil(total / n_samples))[:total]  # pad: repeat, as often as "
+        "needed\n", ""), "expected"),
     ("no epoch", RIGHT["my_shard"].replace("manual_seed(epoch)", "manual_seed(0)"), "expected"),
     ("blocks instead of a stride", RIGHT["my_shard"].replace(
         "order[rank:total:world_size]",
@@ -360,6 +598,21 @@ WRONG["my_shard"] = [
                                            "return torch.tensor(order[rank:total:world_size])"),
      "tensor"),
 ]
+_PAD_ONCE = RIGHT["my_shard"].replace(  # right unless the data set has fewer samples than ranks
+    "order = (order * math.ceil(total / n_samples))[:total]  # pad: repeat, as often as needed",
+    "order += order[: total - n_samples]  # pad by repeating the first indices, once")
+_WITH_SAMPLER = '''
+from torch.utils.data import DistributedSampler
+
+def my_shard(n_samples, epoch):
+    sampler = DistributedSampler(range(n_samples), num_replicas=world_size, rank=rank,
+                                 shuffle=True, seed=0)
+    sampler.set_epoch(epoch)
+    return list(sampler)'''
+WRONG["my_shard"] += [(what, source, piece, size) for size in (3, 4) for what, source, piece in [
+    ("padding repeats the indices once only", _PAD_ONCE, "expected"),
+    ("DistributedSampler itself", _WITH_SAMPLER, "DistributedSampler: by hand"),
+]]
 
 # ---- notebook 05 ---------------------------------------------------------------------------
 RIGHT["load_wrong_way"] = '''
@@ -367,7 +620,8 @@ from helpers.data import mlp
 
 def load_wrong_way(path):
     state = torch.load(path, map_location=device, weights_only=True)
-    model = mlp().to(device)
+    with torch.random.fork_rng(devices=[]):  # mlp() draws its first weights from the generator
+        model = mlp().to(device)
     model.load_state_dict({key.removeprefix("module."): value for key, value in state.items()})
     return model
 '''
@@ -378,8 +632,21 @@ WRONG["load_wrong_way"] = [
         "state, strict=False"), "values off by up to"),
     ("the state dict itself", '''
 def load_wrong_way(path):
-    return torch.load(path, weights_only=True)''', "expected a dict with keys"),
+    return torch.load(path, weights_only=True)''', "gave a dict, not a model"),
 ]
+WRONG["load_wrong_way"] += [
+    (what, source, piece, size) for size in (3, 4) for what, source, piece in [
+        ("the stripped state dict, not a model", '''
+def load_wrong_way(path):
+    state = torch.load(path, map_location=device, weights_only=True)
+    return {key.removeprefix("module."): value for key, value in state.items()}''',
+         "gave a dict, not a model"),
+        ("weights_only=False", RIGHT["load_wrong_way"].replace(
+            "weights_only=True", "weights_only=False"), "loaded the file with weights_only=False"),
+        ("builds the model from the global generator", RIGHT["load_wrong_way"].replace(
+            "    with torch.random.fork_rng(devices=[]):", "    if True:"),
+         "changed torch's random generator"),
+    ]]
 
 RIGHT["newest_loadable"] = '''
 from pathlib import Path
@@ -405,6 +672,29 @@ def newest_loadable(directory):
         "load_checkpoint(path)", "torch.load(path, weights_only=True)").replace(
         "except CheckpointError:", "except Exception:"), "expected"),
 ]
+WRONG["newest_loadable"] += [(what, source, piece, 4) for what, source, piece
+                              in WRONG["newest_loadable"]]  # wrong in every case, at 4 ranks too
+WRONG["newest_loadable"] += [
+    (what, source, piece, size) for size in (3, 4) for what, source, piece in [
+        ("a Path, not a str", RIGHT["newest_loadable"].replace("return str(path)", "return path"),
+         "(a PosixPath)"),
+        ("no good file: an error instead of None", '''
+from pathlib import Path
+from helpers.checkpoint import CheckpointError, checkpoint_step, load_checkpoint
+
+def newest_loadable(directory):
+    def loads(path):
+        try:
+            load_checkpoint(path)
+            return True
+        except CheckpointError:
+            return False
+    found = [p for p in Path(directory).glob("step-*.pt") if checkpoint_step(p) is not None]
+    return str(max((p for p in found if loads(p)), key=checkpoint_step))''', "raised ValueError"),
+        ("deletes the bad files", RIGHT["newest_loadable"].replace(
+            "        except CheckpointError:\n", "        except CheckpointError:\n"
+            "            path.unlink()\n"), "changed the directory"),
+    ]]
 
 RIGHT["load_and_share"] = '''
 def load_and_share(path, model):
@@ -423,12 +713,28 @@ def load_and_share(path, model):
         model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))''',
      "at world size 3, rank 1"),
 ]
+WRONG["load_and_share"] += [
+    (what, source, piece, size) for size in (3, 4) for what, source, piece in [
+        ("point-to-point sends, then a barrier", '''
+def load_and_share(path, model):
+    if rank == 0:
+        model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    for tensor in model.state_dict().values():
+        if rank == 0:
+            for other in range(1, world_size):
+                dist.send(tensor, dst=other)
+        else:
+            dist.recv(tensor, src=0)
+    dist.barrier()''', "collectives only"),
+        ("weights_only=False on rank 0", RIGHT["load_and_share"].replace(
+            "weights_only=True", "weights_only=False"), "loaded the file with weights_only=False"),
+    ]]
 
 # ---- notebook 06 ---------------------------------------------------------------------------
 RIGHT["ring_exchange"] = '''
-def ring_exchange():
+def ring_exchange(token):
     right, left = (rank + 1) % world_size, (rank - 1) % world_size
-    mine, got = torch.tensor([float(rank)]), torch.zeros(1)
+    mine, got = torch.tensor([token], device="cpu"), torch.zeros(1, device="cpu")
     if rank % 2 == 0:
         dist.send(mine, dst=right)
         dist.recv(got, src=left)
@@ -438,11 +744,11 @@ def ring_exchange():
     return got.item()
 '''
 WRONG["ring_exchange"] = [
-    ("the stub", "def ring_exchange():\n    return None", "gave None"),
+    ("the stub", "def ring_exchange(token):\n    return None", "gave None"),
     ("batch_isend_irecv", '''
-def ring_exchange():
+def ring_exchange(token):
     got = torch.zeros(1)
-    ops = [dist.P2POp(dist.isend, torch.tensor([float(rank)]), (rank + 1) % world_size),
+    ops = [dist.P2POp(dist.isend, torch.tensor([token]), (rank + 1) % world_size),
            dist.P2POp(dist.irecv, got, (rank - 1) % world_size)]
     for req in dist.batch_isend_irecv(ops):
         req.wait()
@@ -451,9 +757,21 @@ def ring_exchange():
      "a deadlock at world size 3: rank 0 waits in recv from rank 2"),
     ("an int", RIGHT["ring_exchange"].replace("return got.item()", "return int(got.item())"),
      "(an int)"),
-    ("its own rank, no message", "def ring_exchange():\n    return float((rank - 1) % world_size)",
-     "made no point-to-point"),
+    ("its own token, no message", "def ring_exchange(token):\n    return token",
+     "ring_exchange gave"),
 ]
+# the token comes from the left neighbour, through a recv that names it (both world sizes)
+_NOT_FROM_THE_LEFT = [
+    ("the wrong way round the ring", RIGHT["ring_exchange"].replace(
+        "dst=right", "dst=LEFT").replace("src=left", "src=right").replace("dst=LEFT", "dst=left"),
+     "ring_exchange gave"),
+    ("the left neighbour's rank, not its token", RIGHT["ring_exchange"].replace(
+        "return got.item()", "return float(left)"), "ring_exchange gave"),
+    ("recv from any source", RIGHT["ring_exchange"].replace("dist.recv(got, src=left)",
+                                                            "dist.recv(got)"),
+     "dist.recv with src= the left neighbour"),
+]
+WRONG["ring_exchange"] += [(*planted, size) for planted in _NOT_FROM_THE_LEFT for size in (3, 4)]
 
 RIGHT["skip_together"] = '''
 def skip_together(batch_ok):
@@ -472,23 +790,43 @@ def skip_together(batch_ok):
         return None
     t = torch.ones(1, device=device)
     dist.all_reduce(t)
-    return t.item()''', "raised"),
+    return t.item()''', "one to agree"),
     ("0.0 instead of None", RIGHT["skip_together"].replace("        return None",
                                                           "        return 0.0"),
      "expected None"),
 ]
+# agree first, then skip the all-reduce on every rank; any number of bad batches (both sizes)
+_NOT_TOGETHER = [
+    ("the step's all-reduce first, then agree", '''
+def skip_together(batch_ok):
+    t = torch.ones(1, device=device)
+    dist.all_reduce(t)
+    ok = torch.tensor([1.0 if batch_ok else 0.0], device=device)
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    return t.item() if ok.item() == 1.0 else None''', "although a rank's batch was bad"),
+    ("one bad batch at most", '''
+def skip_together(batch_ok):
+    bad = torch.tensor([0.0 if batch_ok else 1.0], device=device)
+    dist.all_reduce(bad)
+    if bad.item() == 1.0:
+        return None
+    t = torch.ones(1, device=device)
+    dist.all_reduce(t)
+    return t.item()''', "expected None"),
+]
+WRONG["skip_together"] += [(*planted, size) for planted in _NOT_TOGETHER for size in (3, 4)]
 
 FIRST_MISMATCH_RIGHT = '''
 from collections import Counter
 
 def first_mismatch(traces):
-    longest = max(len(t) for t in traces.values())
-    for seq in range(longest):
+    numbers = sorted({e["seq"] for t in traces.values() for e in t})
+    for seq in numbers:
         calls = {r: next((e for e in t if e["seq"] == seq), None) for r, t in traces.items()}
         missing = sorted(r for r, e in calls.items() if e is None)
         if missing:  # a rank that never made the call is the one to blame
             return seq, missing
-        keys = {r: (e["op"], str(e["shapes"])) for r, e in calls.items()}
+        keys = {r: (e["op"], e["shapes"]) for r, e in calls.items()}
         counts = Counter(keys.values())
         if len(counts) > 1:
             usual = counts.most_common(1)[0][0]
@@ -496,12 +834,27 @@ def first_mismatch(traces):
     return None
 '''
 FIRST_MISMATCH_WRONG = [
-    ("ops only", FIRST_MISMATCH_RIGHT.replace('(e["op"], str(e["shapes"]))', 'e["op"]'),
+    ("ops only", FIRST_MISMATCH_RIGHT.replace('(e["op"], e["shapes"])', 'e["op"]'),
      "expected"),
     ("the sequence number only", FIRST_MISMATCH_RIGHT.replace(
         "return seq, sorted(r for r, k in keys.items() if k != usual)", "return seq"),
      "expected"),
     ("never a match", "def first_mismatch(traces):\n    return None", "expected"),
+    # records as they really come: numbered from anywhere, two culprits, any rank the odd one
+    ("numbered from 0", FIRST_MISMATCH_RIGHT.replace(
+        'sorted({e["seq"] for t in traces.values() for e in t})',
+        'range(max(len(t) for t in traces.values()))'), "expected"),
+    ("one culprit only", FIRST_MISMATCH_RIGHT.replace("return seq, missing",
+                                                      "return seq, missing[:1]"), "expected"),
+    ("the lowest rank's record as the reference", '''
+def first_mismatch(traces):
+    reference = traces[min(traces)]
+    for i, e in enumerate(reference):
+        odd = sorted(r for r, t in traces.items()
+                     if i >= len(t) or (t[i]["op"], t[i]["shapes"]) != (e["op"], e["shapes"]))
+        if odd:
+            return e["seq"], odd
+    return None''', "expected"),
 ]
 
 # ---- exercises that run in the notebook itself: name -> (right answer, wrong ones) ----------
@@ -518,7 +871,7 @@ def env_for(hosts, per_host, host, local_rank, port):
 '''
 IN_NOTEBOOK["env_for"] = (ENV_FOR_RIGHT, [
     ("the stub", "def env_for(hosts, per_host, host, local_rank, port):\n    return {}",
-     "expected a dict"),
+     "a dict without ['MASTER_ADDR'"),
     ("ints, not strings", ENV_FOR_RIGHT.replace('str(host * per_host + local_rank)',
                                                 'host * per_host + local_rank'),
      "RANK: 0 (an int), expected '0' (a str)"),
@@ -532,7 +885,43 @@ IN_NOTEBOOK["env_for"] = (ENV_FOR_RIGHT, [
                                                        'str(per_host)'), "WORLD_SIZE:"),
     ("hard-coded 2 hosts of 4", ENV_FOR_RIGHT.replace('str(len(hosts) * per_host)', '"8"')
      .replace('str(host * per_host + local_rank)', 'str(4 * host + local_rank)'),
-     "WORLD_SIZE:"),
+     "RANK:"),
+    ("ROLE_RANK added, as LOCAL_RANK", '''
+def env_for(hosts, per_host, host, local_rank, port):
+    return {"MASTER_ADDR": hosts[0], "MASTER_PORT": str(port),
+            "WORLD_SIZE": str(len(hosts) * per_host), "RANK": str(host * per_host + local_rank),
+            "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(per_host),
+            "GROUP_RANK": str(host), "ROLE_RANK": str(local_rank)}''', "ROLE_RANK:"),
+    ("GROUP_WORLD_SIZE added, as WORLD_SIZE", '''
+def env_for(hosts, per_host, host, local_rank, port):
+    return {"MASTER_ADDR": hosts[0], "MASTER_PORT": str(port),
+            "WORLD_SIZE": str(len(hosts) * per_host), "RANK": str(host * per_host + local_rank),
+            "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(per_host),
+            "GROUP_RANK": str(host), "GROUP_WORLD_SIZE": str(len(hosts) * per_host)}''',
+     "GROUP_WORLD_SIZE:"),
+    ("a variable torchrun does not set", '''
+def env_for(hosts, per_host, host, local_rank, port):
+    return {"MASTER_ADDR": hosts[0], "MASTER_PORT": str(port),
+            "WORLD_SIZE": str(len(hosts) * per_host), "RANK": str(host * per_host + local_rank),
+            "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(per_host),
+            "GROUP_RANK": str(host), "NODE_RANK": str(host)}''', "['NODE_RANK']"),
+    ("sets them in os.environ too", '''
+import os
+
+
+def env_for(hosts, per_host, host, local_rank, port):
+    env = {"MASTER_ADDR": hosts[0], "MASTER_PORT": str(port),
+           "WORLD_SIZE": str(len(hosts) * per_host), "RANK": str(host * per_host + local_rank),
+           "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(per_host),
+           "GROUP_RANK": str(host)}
+    os.environ.update(env)
+    return env''', "changed os.environ"),
+    ("MASTER_ADDR from the first job's pattern", '''
+def env_for(hosts, per_host, host, local_rank, port):
+    return {"MASTER_ADDR": hosts[0].rsplit(".", 1)[0] + ".10", "MASTER_PORT": str(port),
+            "WORLD_SIZE": str(len(hosts) * per_host), "RANK": str(host * per_host + local_rank),
+            "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(per_host),
+            "GROUP_RANK": str(host)}''', "MASTER_ADDR:"),
 ])
 
 NODE_RANKS_RIGHT = '''
@@ -558,9 +947,67 @@ def node_ranks(tasks_per_node, node):
         "return range(first, first + counts[node])"), "(a range)"),
     ("off by one", NODE_RANKS_RIGHT.replace("sum(counts[:node])", "sum(counts[:node + 1])"),
      "expected"),
+    ("one character per field", '''
+def node_ranks(tasks_per_node, node):
+    counts = []
+    for p in tasks_per_node.split(","):
+        c = int(p[0])
+        k = int(p[3]) if "(x" in p else 1
+        counts += [c] * k
+    first = sum(counts[:node])
+    return list(range(first, first + counts[node]))''', "expected"),
+    ("a one-digit repeat", '''
+def node_ranks(tasks_per_node, node):
+    counts = []
+    for part in tasks_per_node.split(","):
+        count, _, times = part.partition("(x")
+        counts += [int(count)] * (int(times[0]) if times else 1)
+    first = sum(counts[:node])
+    return list(range(first, first + counts[node]))''', "expected"),
 ])
 
 RENDEZVOUS_PROBLEMS_RIGHT = '''
+from collections import Counter
+
+
+def number(text):
+    "What int() reads in text, as env:// reads it; None if it reads no number."
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def rendezvous_problems(envs):
+    settings = [(e["MASTER_ADDR"], number(e["MASTER_PORT"]), number(e["WORLD_SIZE"]))
+                for e in envs]
+    usual = tuple(Counter(s[i] for s in settings).most_common(1)[0][0] for i in range(3))
+    size = usual[2]
+    ranks = [number(e["RANK"]) for e in envs]
+    taken = Counter(ranks)
+    blame = []
+    for i, (mine, rank) in enumerate(zip(settings, ranks)):
+        if mine != usual or rank is None or not 0 <= rank < size or taken[rank] > 1:
+            blame.append(i)
+    return blame
+'''
+IN_NOTEBOOK["rendezvous_problems"] = (RENDEZVOUS_PROBLEMS_RIGHT, [
+    ("the stub", "def rendezvous_problems(envs):\n    return []", "expected"),
+    ("judged against the first process", RENDEZVOUS_PROBLEMS_RIGHT.replace(
+        "Counter(s[i] for s in settings).most_common(1)[0][0]", "settings[0][i]"), "expected"),
+    ("only the second of two equal ranks", RENDEZVOUS_PROBLEMS_RIGHT.replace(
+        "taken[rank] > 1", "rank in ranks[:i]"), "expected"),
+    ("ranks out of range let through", RENDEZVOUS_PROBLEMS_RIGHT.replace(
+        "not 0 <= rank < size", "rank < 0"), "expected"),
+    ("int() on every rank, unguarded", RENDEZVOUS_PROBLEMS_RIGHT.replace(
+        "        return int(text)\n    except ValueError:\n        return None",
+        "        return int(text)\n    finally:\n        pass"), "raised"),
+    ("a set, not a sorted list", RENDEZVOUS_PROBLEMS_RIGHT.replace("return blame",
+                                                                    "return set(blame)"),
+     "(a set)"),
+    ("the world size taken as len(envs)", RENDEZVOUS_PROBLEMS_RIGHT.replace(
+        "size = usual[2]", "size = len(envs)"), "one missing"),
+    ("digits only, compared as text", '''
 from collections import Counter
 
 
@@ -569,26 +1016,15 @@ def rendezvous_problems(envs):
              for key in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")}
     size = int(usual["WORLD_SIZE"])
     taken = Counter(e["RANK"] for e in envs)
-    blame = []
-    for i, e in enumerate(envs):
-        disagrees = any(e[key] != value for key, value in usual.items())
-        bad_rank = not (e["RANK"].isdigit() and int(e["RANK"]) < size)
-        if disagrees or bad_rank or taken[e["RANK"]] > 1:
-            blame.append(i)
-    return blame
-'''
-IN_NOTEBOOK["rendezvous_problems"] = (RENDEZVOUS_PROBLEMS_RIGHT, [
-    ("the stub", "def rendezvous_problems(envs):\n    return []", "expected"),
-    ("judged against the first process", RENDEZVOUS_PROBLEMS_RIGHT.replace(
-        "Counter(e[key] for e in envs).most_common(1)[0][0]", "envs[0][key]"), "expected"),
-    ("only the second of two equal ranks", RENDEZVOUS_PROBLEMS_RIGHT.replace(
-        "taken[e[\"RANK\"]] > 1", "e[\"RANK\"] in [x[\"RANK\"] for x in envs[:i]]"), "expected"),
-    ("ranks out of range let through", RENDEZVOUS_PROBLEMS_RIGHT.replace(
-        'e["RANK"].isdigit() and int(e["RANK"]) < size', 'e["RANK"].isdigit()'), "expected"),
-    ("int() on every rank", RENDEZVOUS_PROBLEMS_RIGHT.replace(
-        'not (e["RANK"].isdigit() and int(e["RANK"]) < size)', 'not 0 <= int(e["RANK"]) < size'),
-     "raised"),
-    ("a set, not a sorted list", RENDEZVOUS_PROBLEMS_RIGHT.replace("return blame",
-                                                                    "return set(blame)"),
-     "(a set)"),
+    return [i for i, e in enumerate(envs)
+            if any(e[key] != value for key, value in usual.items())
+            or not (e["RANK"].isdigit() and int(e["RANK"]) < size) or taken[e["RANK"]] > 1]''',
+     "expected"),
+    ("equal ranks compared as text", RENDEZVOUS_PROBLEMS_RIGHT.replace(
+        "taken = Counter(ranks)", "taken = Counter(e['RANK'] for e in envs)").replace(
+        "taken[rank] > 1", "taken[envs[i]['RANK']] > 1"), "expected"),
+    ("settings compared as text", RENDEZVOUS_PROBLEMS_RIGHT.replace(
+        'settings = [(e["MASTER_ADDR"], number(e["MASTER_PORT"]), number(e["WORLD_SIZE"]))',
+        'settings = [(e["MASTER_ADDR"], e["MASTER_PORT"], e["WORLD_SIZE"])').replace(
+        "size = usual[2]", "size = int(usual[2])"), "expected"),
 ])

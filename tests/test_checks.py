@@ -106,12 +106,29 @@ def test_a_missing_function_is_reported_per_rank():
         "rank 0: count_ranks is not defined on this rank"]
 
 
-def test_planted_traces_have_one_culprit_and_a_majority():
+def test_planted_traces_blame_the_ranks_that_differ_from_a_majority():
     for seed in range(40):
         size = 2 + seed % 7
-        traces, (seq, culprits) = debugging_hangs.planted_traces(seed, size)
-        assert len(traces) == size and len(culprits) == 1
-        assert all(e["seq"] == i for t in traces.values() for i, e in enumerate(t))
+        for kind in debugging_hangs.KINDS:
+            traces, answer = debugging_hangs.planted_traces(seed, size, kind)
+            assert sorted(traces) == list(range(size))
+            for t in traces.values():  # numbered in order, from wherever the record starts
+                assert all(e["seq"] == t[0]["seq"] + i for i, e in enumerate(t))
+                assert all(isinstance(e["shapes"], tuple) for e in t)  # hashable, as recorded
+            calls = {r: [(e["seq"], e["op"], e["shapes"]) for e in t] for r, t in traces.items()}
+            if answer is None:
+                assert kind == "agree" and len({str(c) for c in calls.values()}) == 1
+                continue
+            seq, culprits = answer
+            others = [calls[r] for r in range(size) if r not in culprits]
+            assert 1 <= len(culprits) <= 2 and others, (kind, size)
+            assert all(c == others[0] for c in others), (kind, size)  # the others agree
+            missing = [r for r in culprits if seq not in {s for s, _, _ in calls[r]}]
+            if missing:  # the culprits never made the call: no majority needed
+                assert missing == culprits, (kind, size)
+            else:  # a changed call: the others are the majority (so never at 2 ranks)
+                assert len(others) > len(culprits) and size > 2, (kind, size)
+                assert all(calls[r] != others[0] for r in culprits), (kind, size)
 
 
 def test_an_in_notebook_checker_names_the_first_cases_wrong_and_the_error_once():
@@ -125,6 +142,16 @@ def test_an_in_notebook_checker_names_the_first_cases_wrong_and_the_error_once()
     lines = str(caught.value).splitlines()
     assert lines[0] == "first_mismatch is not right yet:"
     assert lines[1] == "  2 ranks, records #0: raised KeyError: 'seq'"
-    assert lines[2] == ("  3 ranks, records #1: returned None (a NoneType), "
-                        "expected (3, [1]) (a tuple)")
-    assert lines[-1] == "  ... and 1 more", lines  # 6 wrong of 7: record #4 agrees (None)
+    assert lines[2].startswith("  3 ranks, records #1: returned None (a NoneType), expected ("), \
+        lines
+    assert lines[-1] == "  ... and 2 more", lines  # 7 wrong of 7: records #1 to #6 have a fault
+
+
+def test_the_first_mismatch_checker_draws_fresh_records_unless_given_a_seed():
+    seen = []
+    for seed in (None, None, 5, 5):
+        try:
+            checks.check_first_mismatch(lambda traces: None, trials=7, seed=seed)
+        except AssertionError as e:
+            seen.append(str(e))
+    assert seen[0] != seen[1] and seen[2] == seen[3]
