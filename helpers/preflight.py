@@ -92,8 +92,9 @@ def stored_bandwidths(notebook: Path = NOTEBOOK_02) -> dict[str, float]:
     except (OSError, ValueError):
         return {}
     found = {}
+    arrow = r"(?:\\u2192|→)"  # 0→1, as json.dumps may have escaped it
     for key, pattern in (("all_reduce", r"all_reduce bus bandwidth\s+([0-9.]+) MB/s"),
-                         ("send/recv", r"send/recv (?:bandwidth )?0(?:\\u2192|→) ?1\s+([0-9.]+) MB/s")):
+                         ("send/recv", rf"send/recv (?:bandwidth )?0{arrow} ?1\s+([0-9.]+) MB/s")):
         if key not in found and (m := re.search(pattern, text)):
             found[key] = float(m.group(1)) * 1e6
     return found
