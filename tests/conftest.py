@@ -51,6 +51,11 @@ def _healthy(cluster):
 
 
 @pytest.fixture(scope="session")
+def _cluster2_shared(request):
+    yield from _shared_cluster(2, request.session)
+
+
+@pytest.fixture(scope="session")
 def _cluster3_shared(request):
     yield from _shared_cluster(3, request.session)
 
@@ -58,6 +63,12 @@ def _cluster3_shared(request):
 @pytest.fixture(scope="session")
 def _cluster4_shared(request):
     yield from _shared_cluster(4, request.session)
+
+
+@pytest.fixture
+def cluster2(_cluster2_shared):
+    """2 ranks, for answers that are wrong already at the smallest pair (and at 1 rank alone)."""
+    return _healthy(_cluster2_shared)
 
 
 @pytest.fixture

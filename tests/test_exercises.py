@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 from answers import IN_NOTEBOOK, RIGHT, WRONG
+from answers_more import ALSO_RIGHT, MORE_WRONG
 
 from helpers import checks
 
@@ -21,6 +22,14 @@ def test_every_exercise_has_a_right_answer_and_wrong_ones():
     assert all(len(WRONG[name]) >= 2 for name in WRONG)
 
 
+def test_the_exercises_of_notebooks_00_to_03_have_another_right_answer_and_8_wrong_ones():
+    names = sorted(ALSO_RIGHT)
+    assert names == sorted(MORE_WRONG) and set(names) <= set(EXERCISES)
+    for name in names:
+        distinct = {planted[1] for planted in WRONG[name] + MORE_WRONG[name]}
+        assert len(distinct) >= 8 and ALSO_RIGHT[name], name
+
+
 @pytest.mark.parametrize("name", sorted(RIGHT))
 def test_the_right_answer_passes_at_two_world_sizes(cluster3, name, capsys):
     cluster3.px(RIGHT[name])
@@ -28,8 +37,26 @@ def test_the_right_answer_passes_at_two_world_sizes(cluster3, name, capsys):
     assert f"{name}: right on all 3 ranks, and again on 2 ranks alone" in capsys.readouterr().out
 
 
+ALSO = [(name, what, source, size) for name, right in ALSO_RIGHT.items()
+        for what, source in right for size in (3, 4)]
+
+
+@pytest.mark.parametrize(("name", "what", "source", "size"), ALSO,
+                         ids=[f"{n}: {w} ({size} ranks)" for n, w, _, size in ALSO])
+def test_another_right_answer_passes(request, capsys, name, what, source, size):
+    """A right answer written unlike the worked solution (another algorithm the text allows,
+    keyword arguments, the world named as the group) passes, at two world sizes."""
+    cluster = request.getfixturevalue(f"cluster{size}")
+    cluster.px(RIGHT[name])
+    cluster.px(source)
+    checks.check(cluster, EXERCISES[name], seed=SEED)
+    assert (f"{name}: right on all {size} ranks, and again on {size - 1} ranks alone"
+            in capsys.readouterr().out), what
+
+
 PLANTED = [(name, *planted[:3], planted[3] if len(planted) > 3 else 3)
-           for name, wrong in WRONG.items() for planted in wrong]
+           for wrongs in (WRONG, MORE_WRONG) for name, wrong in wrongs.items()
+           for planted in wrong]
 
 
 @pytest.mark.parametrize(("name", "what", "source", "piece", "size"), PLANTED,

@@ -11,7 +11,8 @@ from .means import (
     one_collective,
 )
 
-FORBIDDEN = ("world_size", "get_world_size")  # what "count the ranks without asking" rules out
+# what "count the ranks without asking" rules out: the size, and the list of the group's ranks
+FORBIDDEN = ("world_size", "get_world_size", "get_process_group_ranks")
 
 
 def _size(rank: int, size: int, seed: int) -> int:

@@ -122,7 +122,7 @@ RING_ALL_GATHER = Exercise("ring_all_gather", _gather_args, _gather_expected, _r
 
 # ---- exercise 3: a broadcast along the binomial tree of the text ------------------------
 def _tree_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
-    value = ring_value(0, seed) if rank == 0 else torch.zeros(3)
+    value = ring_value(0, seed) if rank == 0 else torch.zeros_like(ring_value(0, seed))
     return (value.to(device),)
 
 
@@ -142,6 +142,18 @@ def tree_children(rank: int, size: int) -> list[int]:
             if rank + 2 ** j < size]
 
 
+def _send_order(calls: Calls) -> list[Any]:
+    """The peers a rank sent to, in the order of its calls (the sends of one
+    batch_isend_irecv, posted together, in the order of their peers)."""
+    order: list[Any] = []
+    for c in calls:
+        if c["kind"] == "p2p" and c["op"] == "batch_isend_irecv":
+            order += sorted(peer for op, peer, _ in c.get("parts") or () if op == "isend")
+        elif c["kind"] == "p2p" and c["op"] in _SENDS:
+            order.append(c["peer"])
+    return order
+
+
 def _tree_observe(args: tuple, returned: Any) -> dict[str, bool]:
     return {"returned_t": returned is args[0]}
 
@@ -159,13 +171,18 @@ def _tree_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None
     if parent is None and frm:
         return f"rank 0 received from {frm}: rank 0 holds the data and receives nothing"
     if parent is not None and frm != [parent]:
-        got = "nothing" if not frm else f"from rank(s) {', '.join(str(p) for p in frm)}"
-        return (f"received {got}: in the tree rank {rank} receives once, from rank {parent} "
-                f"({rank} - {rank - parent}), in round {(rank - parent).bit_length() - 1}")
+        named = ", ".join("any source" if p is None else f"rank {p}" for p in frm)
+        return (f"received {f'from {named}' if frm else 'nothing'}: in the tree rank {rank} "
+                f"receives once, from rank {parent} ({rank} - {rank - parent}), in round "
+                f"{(rank - parent).bit_length() - 1}")
     children = tree_children(rank, size)
     if sorted(p for p, _ in sent) != children:
         return (f"sent to {sorted(p for p, _ in sent)}: in the tree rank {rank} sends to "
                 f"{children} (rank + 2**k for each round k with 2**k > rank)")
+    if (order := _send_order(calls)) != children:
+        return (f"sent to {order}, in that order: in the tree rank {rank} sends to {children}, "
+                "nearest first, one per round (a far child served first makes the near one, "
+                "and its own children, wait a round longer)")
     if observed and not observed.get("returned_t", True):
         return "returned another tensor: fill t itself and return t"
     return None

@@ -64,9 +64,16 @@ def ring_neighbours(calls: Calls, rank: int, size: int, count: int | None = None
     return None
 
 
+def layout(seed: int, n: int) -> tuple[int, ...]:
+    """The shape of an exercise's n numbers, by seed: (n,), (1, n) or (n, 1). The count stays
+    fixed (a buffer of the wrong size makes gloo end the receiving process), the shape does
+    not, so an answer that builds its buffers with a fixed shape, not from its input, fails."""
+    return ((n,), (1, n), (n, 1))[seed % 3]
+
+
 def _pair_value(rank: int, seed: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed * 1000 + rank)
-    return torch.randint(0, 100, (2,), generator=gen).float()
+    return torch.randint(0, 100, (2,), generator=gen).float().reshape(layout(seed, 2))
 
 
 def _swap_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
@@ -79,22 +86,35 @@ def _swap_expected(rank: int, size: int, seed: int) -> torch.Tensor:
 
 
 def _swap_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
-    if (rank ^ 1) >= size:
+    """Blocking send and recv only: one message to the partner and one from it (a receive
+    from any source, gloo's recv without src, is the partner's too)."""
+    partner = rank ^ 1
+    if partner >= size:
         return None if not calls else (f"rank {rank} has no partner at world size {size}, "
                                        f"but called {sorted({c['op'] for c in calls})}")
-    return blocking_only(calls, rank, size, observed)
+    if problem := blocking_only(calls, rank, size, observed):
+        return problem
+    sent, received = messages(calls)
+    if sent != [partner] or len(received) != 1 or received[0] not in (partner, None):
+        to = ", ".join(str(p) for p in sent) or "no rank"
+        frm = ", ".join("any source" if p is None else str(p) for p in received) or "no rank"
+        return (f"sent to {to} and received from {frm}: a swap is one send to the partner, "
+                f"rank {partner}, and one receive from it")
+    return None
 
 
 SWAP_WITH_PARTNER = Exercise(
     "swap_with_partner", _swap_args, _swap_expected, _swap_means,
-    "blocking send and recv only, and no call on a rank without a partner", min_size=2,
+    "blocking send and recv only, one message each way with the partner, and no call on a "
+    "rank without a partner", min_size=2,
     extra={"lesson_names": LESSON_NAMES})
 
 
 def shift_input(rank: int, seed: int = 0) -> torch.Tensor:
     """The tensor rank `rank` starts with in notebook 01's shift exercise."""
     gen = torch.Generator().manual_seed(seed * 1000 + rank)
-    return torch.arange(3.0) + 10 * rank + torch.randint(0, 5, (1,), generator=gen).float()
+    value = torch.arange(3.0) + 10 * rank + torch.randint(0, 5, (1,), generator=gen).float()
+    return value.reshape(layout(seed, 3))
 
 
 def _shift_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
@@ -117,7 +137,7 @@ SHIFT_RIGHT = Exercise(
 
 def ring_value(rank: int, seed: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed * 1000 + rank)
-    return torch.randint(-50, 50, (3,), generator=gen).float()
+    return torch.randint(-50, 50, (3,), generator=gen).float().reshape(layout(seed, 3))
 
 
 def _ring_sum_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
