@@ -70,7 +70,14 @@ def describe(value: Any) -> str:
         return f"{_a(type(value).__name__)} model"
     if isinstance(value, list | tuple) and len(value) > 12:
         return f"{_a(type(value).__name__)} of {len(value)} items"
-    return f"{value!r} ({_a(type(value).__name__)})"
+    return f"{value!r} ({_a(_type_name(value))})"
+
+
+def _type_name(value: Any) -> str:
+    """int, float, ... for the builtins; numpy.bool, numpy.ndarray, ... for the others."""
+    kind = type(value)
+    return (kind.__name__ if kind.__module__ == "builtins"
+            else f"{kind.__module__.split('.')[0]}.{kind.__name__}")
 
 
 def value_problem(got: Any, expected: Any, atol: float = 1e-5) -> str | None:

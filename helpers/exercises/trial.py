@@ -75,8 +75,14 @@ class GroupDist:
               tag: int = 0) -> Any:
         """dist.P2POp on the group, with peer read as a group rank."""
         real_op = getattr(self._dist, getattr(op, "real_name", getattr(op, "__name__", "")))
-        return self._dist.P2POp(real_op, tensor, group=self._ours(group), tag=tag,
-                                group_peer=peer)
+        on = self._ours(group)
+        size = self._dist.get_world_size(on)
+        if peer is not None and not 0 <= peer < size:  # as helpers.calltrace says it
+            side = "to" if "send" in real_op.__name__ else "from"
+            raise ValueError(f"rank {self._dist.get_rank(on)}: {real_op.__name__} {side} rank "
+                             f"{peer}, which is not a rank of the group (its ranks are "
+                             f"0..{size - 1}): check how the peer is computed")
+        return self._dist.P2POp(real_op, tensor, group=on, tag=tag, group_peer=peer)
 
     def get_rank(self, group: Any = None) -> int:
         return self._dist.get_rank(self._ours(group))
