@@ -677,7 +677,7 @@ WRONG["newest_loadable"] += [(what, source, piece, 4) for what, source, piece
 WRONG["newest_loadable"] += [
     (what, source, piece, size) for size in (3, 4) for what, source, piece in [
         ("a Path, not a str", RIGHT["newest_loadable"].replace("return str(path)", "return path"),
-         "(a PosixPath)"),
+         "(a pathlib.PosixPath)"),
         ("no good file: an error instead of None", '''
 from pathlib import Path
 from helpers.checkpoint import CheckpointError, checkpoint_step, load_checkpoint

@@ -46,8 +46,13 @@ def count_ranks():
     dist.all_reduce(one)
     return int(one.item())
 ''')
+    state = ("import os, random, numpy; NAME = (torch.get_rng_state().tolist(), "
+             "random.getstate(), numpy.random.get_state()[1].tolist(), dict(os.environ))")
+    cluster3.px(state.replace("NAME", "_before"))
     try:
         with pytest.raises(AssertionError, match=re.escape(f"count_ranks changed {named}")):
             checks.check(cluster3, COUNT_RANKS, seed=5)
+        cluster3.px(state.replace("NAME", "_after"))  # the check put back what the answer did
+        cluster3.px("assert _after == _before, f'rank {rank}: the check left a side effect'")
     finally:
         cluster3.px("import os; os.environ.pop('COURSE_TRIAL_LEFTOVER', None)")

@@ -142,6 +142,7 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
     finally:  # the copy and its functions refer to each other: break the cycle, which would
         world.clear()  # keep the group (its sockets and threads) alive until a garbage collection
     outcome["side_effects"] = _changes(before, _global_state())
+    _restore(before)  # the check leaves the rank as it found it, whatever the answer did
     group_ranks = tuple(dist.get_process_group_ranks(group))
     outcome["calls"] = [{k: e[k] for k in ("op", "kind", "peer", "parts", "shapes", "state")}
                         for e in calltrace.since(bookmark) if e["group_ranks"] == group_ranks]
@@ -172,6 +173,22 @@ def _global_state() -> dict[str, Any]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["torch's CUDA random generators"] = torch.cuda.get_rng_state_all()
     return state
+
+
+def _restore(state: dict[str, Any]) -> None:
+    """Put back what _global_state() read: the generators and the environment."""
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.set_rng_state(state["torch's random generator"])
+    random.setstate(state["Python's random generator"])
+    np.random.set_state(state["numpy's random generator"])
+    if "torch's CUDA random generators" in state:
+        torch.cuda.set_rng_state_all(state["torch's CUDA random generators"])
+    os.environ.clear()
+    os.environ.update(state["the environment (os.environ)"])
 
 
 def _changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
