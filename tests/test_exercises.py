@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from answers import IN_NOTEBOOK, RIGHT, WRONG
+from answers import IN_NOTEBOOK, RIGHT, WRONG, define
 from answers_more import ALSO_RIGHT, MORE_WRONG
 
 from helpers import checks
@@ -76,15 +76,9 @@ def test_a_missing_function_is_named(cluster3):
         checks.check(cluster3, checks.COUNT_RANKS, seed=SEED)
 
 
-def _define(source: str, name: str):
-    namespace: dict = {}
-    exec(source, namespace)
-    return namespace[name]
-
-
 @pytest.mark.parametrize("name", sorted(IN_NOTEBOOK))
 def test_a_notebook_side_exercise_passes_its_right_answer(name, capsys):
-    getattr(checks, f"check_{name}")(_define(IN_NOTEBOOK[name][0], name))
+    getattr(checks, f"check_{name}")(define(IN_NOTEBOOK[name][0], name))
     assert f"{name}: right on" in capsys.readouterr().out
 
 
@@ -96,7 +90,7 @@ IN_NOTEBOOK_WRONG = [(name, *planted) for name, (_, wrong) in IN_NOTEBOOK.items(
                          ids=[f"{n}: {w}" for n, w, _, _ in IN_NOTEBOOK_WRONG])
 def test_a_notebook_side_wrong_answer_is_caught(name, what, source, piece):
     with pytest.raises(AssertionError, match=f"{name} is not right yet") as err:
-        getattr(checks, f"check_{name}")(_define(source, name))
+        getattr(checks, f"check_{name}")(define(source, name))
     assert piece in str(err.value), f"{what}: {err.value}"
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from answers import IN_NOTEBOOK
+from answers import IN_NOTEBOOK, define
 
 from helpers.exercises import launching
 from helpers.launch import free_ports
@@ -34,15 +34,9 @@ def env_for(hosts, per_host, host, local_rank, port):
 }
 
 
-def _define(source: str, name: str):
-    namespace: dict = {}
-    exec(source, namespace)
-    return namespace[name]
-
-
 @pytest.mark.parametrize("what", sorted(OTHER_RIGHT_ENV_FOR))
 def test_env_for_written_another_way_passes(what, capsys):
-    launching.check_env_for(_define(OTHER_RIGHT_ENV_FOR[what], "env_for"))
+    launching.check_env_for(define(OTHER_RIGHT_ENV_FOR[what], "env_for"))
     assert "env_for: right on" in capsys.readouterr().out
 
 
@@ -54,7 +48,7 @@ def test_env_for_cases_have_irregular_hosts():
 
 
 def test_a_checker_puts_back_the_environment_a_wrong_answer_changed():
-    wrong = _define(IN_NOTEBOOK["env_for"][0] + "\nimport os\n_f = env_for\n"
+    wrong = define(IN_NOTEBOOK["env_for"][0] + "\nimport os\n_f = env_for\n"
                     "def env_for(*a):\n    os.environ['RANK'] = '99'\n    return _f(*a)\n",
                     "env_for")
     before = dict(os.environ)
