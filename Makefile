@@ -9,7 +9,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb)) $(sort $(wildcard 
 # stored outputs are compared run after run: no progress bars, outputs grouped by engine
 export IPP_NONINTERACTIVE := 1
 
-.PHONY: install lab lab-args browser test unit notebooks lint outputs check clean cluster-up cluster-down
+.PHONY: install lab-settings lab lab-args browser test unit notebooks lint outputs check clean cluster-up cluster-down
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,12 +23,19 @@ $(STAMP): pyproject.toml helpers/torch_build.py | $(PY)
 
 # JupyterLab's settings for the course: never ask about (or fetch) Jupyter news on first start
 LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
-$(LAB_OVERRIDES): | $(STAMP)
-	mkdir -p $(dir $@)
+define write_lab_settings
+	mkdir -p $(dir $(LAB_OVERRIDES))
 	printf '%s\n' '{"@jupyterlab/apputils-extension:notification":' \
-		'  {"fetchNews": "false", "checkForUpdates": false}}' > $@
+		'  {"fetchNews": "false", "checkForUpdates": false}}' > $(LAB_OVERRIDES)
+endef
+$(LAB_OVERRIDES): | $(STAMP)
+	$(write_lab_settings)
 
 install: $(STAMP) $(LAB_OVERRIDES)
+
+# the settings alone, into an environment made elsewhere (Binder's postBuild)
+lab-settings:
+	$(write_lab_settings)
 
 # the repository is the root (README, helpers/ and notebooks/ all reachable); opens notebook 00
 LAB_ARGS = --ip=127.0.0.1 --ServerApp.root_dir=. \

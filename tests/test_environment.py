@@ -35,3 +35,22 @@ def test_every_sanitize_rule_is_read_by_nbval():
     text = (Path(__file__).parent / "sanitize.cfg").read_text()
     rules = [line for line in text.splitlines() if line.startswith("regex:")]
     assert len(get_sanitize_patterns(text)) == len(rules)
+
+
+def test_binders_post_build_writes_the_settings_make_lab_writes(tmp_path):
+    """Binder runs postBuild in the environment it built from environment.yml: the same
+    JupyterLab settings as `make install` writes (no news pop-up), and nothing installed."""
+    import json
+    import os
+    import subprocess
+
+    subprocess.run([str(ROOT / "postBuild")], cwd=ROOT, check=True, capture_output=True,
+                   env={**os.environ, "NB_PYTHON_PREFIX": str(tmp_path)})
+    written = tmp_path / "share/jupyter/lab/settings/overrides.json"
+    ours = ROOT / ".venv/share/jupyter/lab/settings/overrides.json"
+    assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()] == [
+        "share/jupyter/lab/settings/overrides.json"]
+    settings = json.loads(written.read_text())
+    assert settings["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
+    if ours.exists():
+        assert written.read_text() == ours.read_text()
