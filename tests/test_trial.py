@@ -56,3 +56,20 @@ def count_ranks():
         cluster3.px("assert _after == _before, f'rank {rank}: the check left a side effect'")
     finally:
         cluster3.px("import os; os.environ.pop('COURSE_TRIAL_LEFTOVER', None)")
+
+
+def test_code_that_takes_the_default_group_runs_on_the_trials_group(cluster3, capsys):
+    """DistributedDataParallel, among others, takes the default group when none is named. In
+    the run on one rank fewer it must not wait there for the rank that sits it out: the wrong
+    answer is named at once, and the learner's cluster works afterwards."""
+    from answers import RIGHT
+
+    cluster3.px(RIGHT["load_wrong_way"].replace(
+        "    return model", "    return torch.nn.parallel.DistributedDataParallel(model)"))
+    with pytest.raises(AssertionError, match="load_wrong_way gave a DDP model") as err:
+        checks.check(cluster3, checks.LOAD_WRONG_WAY, seed=7)
+    assert "did not finish" not in str(err.value)
+    cluster3.px("t = torch.ones(1); dist.all_reduce(t); assert t.item() == world_size, t")
+    cluster3.px(RIGHT["load_wrong_way"])
+    checks.check(cluster3, checks.LOAD_WRONG_WAY, seed=8)
+    assert "load_wrong_way: right on all 3 ranks" in capsys.readouterr().out

@@ -119,6 +119,7 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
     """Call the learner's function once on the group; its value or error, and its calls."""
     import torch
     import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
 
     from .. import calltrace
 
@@ -133,6 +134,11 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
         args = exercise.make_args(rank, size, device, group, seed)
     before = _global_state()
     bookmark = calltrace.mark()
+    # what the learner's code calls without naming a group (DistributedDataParallel, for one)
+    # takes the default group: for the time of the call, that is the trial's group, so that a
+    # run on one rank fewer never waits on the default group for a rank that is not there
+    default = c10d._get_default_group()
+    c10d._update_default_pg(group)
     try:
         returned = world[exercise.name](*args)
         outcome["value"] = to_cpu(exercise.collect(args, returned))
@@ -140,6 +146,7 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
     except Exception as e:  # noqa: BLE001 - the learner's error is the checker's verdict
         outcome["error"] = error_text(e)
     finally:  # the copy and its functions refer to each other: break the cycle, which would
+        c10d._update_default_pg(default)
         world.clear()  # keep the group (its sockets and threads) alive until a garbage collection
     outcome["side_effects"] = _changes(before, _global_state())
     _restore(before)  # the check leaves the rank as it found it, whatever the answer did
@@ -158,6 +165,12 @@ def error_text(error: BaseException, lines: int = 4, width: int = 400) -> str:
     return f"{type(error).__name__}: {text}" if text else first_line(error)
 
 
+# variables torch sets for itself the first time a part of it is used, not the learner: the
+# compiler's cache folder (torch/_inductor/runtime/cache_dir_utils.py), which building a
+# DistributedDataParallel sets
+TORCH_SETS = ("TORCHINDUCTOR_CACHE_DIR",)
+
+
 def _global_state() -> dict[str, Any]:
     """What an answer must leave as it found it: the global random generators (torch's, on
     the CPU and the GPUs; Python's; numpy's) and the environment."""
@@ -169,7 +182,8 @@ def _global_state() -> dict[str, Any]:
     state = {"torch's random generator": torch.get_rng_state(),
              "Python's random generator": random.getstate(),
              "numpy's random generator": np.random.get_state(legacy=False),
-             "the environment (os.environ)": dict(os.environ)}
+             "the environment (os.environ)": {k: v for k, v in os.environ.items()
+                                              if k not in TORCH_SETS}}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["torch's CUDA random generators"] = torch.cuda.get_rng_state_all()
     return state
@@ -187,8 +201,9 @@ def _restore(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy's random generator"])
     if "torch's CUDA random generators" in state:
         torch.cuda.set_rng_state_all(state["torch's CUDA random generators"])
+    torchs = {k: os.environ[k] for k in TORCH_SETS if k in os.environ}
     os.environ.clear()
-    os.environ.update(state["the environment (os.environ)"])
+    os.environ.update(state["the environment (os.environ)"], **torchs)
 
 
 def _changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
