@@ -14,6 +14,53 @@ from ..data import digits, mlp
 from .core import Calls, Exercise
 from .means import no_communication
 
+_given: dict[str, Any] = {}  # what the learner's function was handed last, on this rank
+
+
+def _modes(model: nn.Module) -> list[bool]:
+    return [m.training for m in model.modules()]
+
+
+def _parameters(model: nn.Module) -> list[tuple[str, torch.Tensor, bool]]:
+    return [(name, p.detach().clone(), p.requires_grad) for name, p in model.named_parameters()]
+
+
+def _same_tensors(a: list, b: list) -> bool:
+    """Two lists of tensors (or of tuples of tensors) equal in length, shape, dtype and values."""
+    def same(x: Any, y: Any) -> bool:
+        if isinstance(x, torch.Tensor):
+            return (isinstance(y, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype
+                    and torch.equal(x.detach().cpu(), y.detach().cpu()))
+        if isinstance(x, tuple | list):
+            return (isinstance(y, tuple | list) and len(x) == len(y)
+                    and all(same(u, v) for u, v in zip(x, y)))
+        return x == y
+    return same(list(a), list(b))
+
+
+def _mode_problem(before: list[bool], after: list[bool]) -> str | None:
+    if before == after:
+        return None
+    mode = "train" if all(after) else "eval" if not any(after) else "a mixed"
+    was = "train" if all(before) else "eval" if not any(before) else "a mixed"
+    return (f"left the model in {mode} mode (it was in {was} mode): put it back as you found it "
+            "(was_training = model.training ... model.train(was_training))")
+
+
+def _parameters_problem(before: list, after: list) -> str | None:
+    if len(before) != len(after):
+        return "changed the model's parameters: leave the model as it was"
+    for (name, old, grad_before), (_, new, grad_after) in zip(before, after):
+        if grad_before != grad_after:
+            return (f"changed the model's parameter {name}: requires_grad {grad_before} became "
+                    f"{grad_after}; leave the model as it was (torch.no_grad() turns gradients "
+                    "off for a block of code, without touching the model)")
+        if old.dtype != new.dtype or old.shape != new.shape or not torch.equal(old, new.cpu()
+                                                                               .to(old.device)):
+            return (f"changed the model's parameter {name} (its values, dtype or shape): "
+                    "leave the model as it was")
+    return None
+
 
 # ---- exercise 3: evaluate on every rank, each rank its share ------------------------------
 class Counting(nn.Module):
@@ -29,24 +76,53 @@ class Counting(nn.Module):
 
 
 def _accuracy_data(seed: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Test samples and labels, and the model's seed. The number of samples is a prime: never
+    a multiple of the world size, so DistributedSampler pads, and shares differ in size. The
+    labels are chosen so that the model is right on about half of the samples, drawn at random,
+    and on the last one: with an accuracy strictly between 0 and 1 over a prime number of
+    samples, a sample counted twice or left out always changes it."""
     _, _, x, y = digits()
-    n = (79, 83, 89, 97, 101)[seed % 5]  # a prime: never a multiple of the world size, so
-    return x[:n], y[:n], seed % 1000     # DistributedSampler pads, and shares differ in size
+    n = (67, 71, 79, 83, 89, 97, 101, 103, 107, 109, 113, 127)[seed % 12]
+    x, model_seed = x[:n], seed % 1000
+    with torch.random.fork_rng(devices=[]), torch.no_grad():  # mlp(seed=) reseeds torch
+        top = mlp(seed=model_seed)(x).topk(2, dim=1)
+    predicted, second = top.indices[:, 0], top.indices[:, 1]
+    # a near tie may go the other way on a GPU: its label is neither of the two, so that the
+    # sample is wrong on every device
+    close = top.values[:, 0] - top.values[:, 1] < 1e-3
+    gen = torch.Generator().manual_seed(seed)
+    right = (torch.rand(n, generator=gen) < 0.5) & ~close
+    right[-1] = not close[-1]
+    wrong = (predicted + torch.randint(1, 10, (n,), generator=gen)) % 10
+    for _ in range(2):
+        wrong = torch.where((wrong == second) | (wrong == predicted), (wrong + 1) % 10, wrong)
+    return x, torch.where(right, predicted, wrong), model_seed
 
 
 def _accuracy_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
     x, y, model_seed = _accuracy_data(seed)
-    return Counting(mlp(seed=model_seed).to(device)), x.to(device), y.to(device)
+    model = Counting(mlp(seed=model_seed).to(device))
+    x, y = x.to(device), y.to(device)
+    _given["accuracy"] = {"x": x.clone(), "y": y.clone(), "modes": _modes(model),
+                          "parameters": _parameters(model)}
+    return model, x, y
 
 
-def _rows_seen(args: tuple, returned: Any) -> dict[str, int]:
-    return {"rows": args[0].rows, "samples": len(args[1])}
+def _rows_seen(args: tuple, returned: Any) -> dict[str, Any]:
+    model, x, y = args
+    given = _given.pop("accuracy", None) or {}
+    changed = [name for name, now in (("x", x), ("y", y))
+               if name in given and not _same_tensors([given[name]], [now])]
+    return {"rows": model.rows, "samples": len(x), "changed": changed,
+            "mode": _mode_problem(given.get("modes", _modes(model)), _modes(model)),
+            "parameters": _parameters_problem(given.get("parameters", []), _parameters(model))
+            if "parameters" in given else None}
 
 
 def _accuracy_expected(rank: int, size: int, seed: int) -> float:
     x, y, model_seed = _accuracy_data(seed)
-    with torch.no_grad():
-        return (mlp(seed=model_seed)(x).argmax(dim=1) == y).float().mean().item()
+    with torch.random.fork_rng(devices=[]), torch.no_grad():  # the notebook's generator too
+        return (mlp(seed=model_seed)(x).argmax(dim=1) == y).double().mean().item()
 
 
 def _accuracy_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
@@ -56,12 +132,16 @@ def _accuracy_means(calls: Calls, rank: int, size: int, observed: Any) -> str | 
     if observed["rows"] > share:
         return (f"evaluated {observed['rows']} samples: each rank evaluates only its share (about "
                 f"1/{size} of the {observed['samples']})")
-    return None
+    if observed.get("changed"):
+        return (f"changed the caller's {' and '.join(observed['changed'])} in place: leave the "
+                "inputs as they were (work on a copy, or on a slice you do not write to)")
+    return observed.get("parameters") or observed.get("mode")
 
 
 DISTRIBUTED_ACCURACY = Exercise(
     "distributed_accuracy", _accuracy_args, _accuracy_expected, _accuracy_means,
-    "each rank evaluates only its share", observe=_rows_seen, atol=1e-6, cases=2)
+    "each rank evaluates only its share; the model and the inputs left as they were",
+    observe=_rows_seen, atol=1e-6, cases=2)
 
 
 # ---- exercise 2: accumulate micro-batches, one all-reduce per step ------------------------
@@ -104,7 +184,15 @@ def _accumulate_args(rank: int, size: int, device: Any, group: Any, seed: int) -
         p.grad = torch.randn_like(p)
     opt = torch.optim.SGD(model.parameters(), lr=_accumulate_setup(seed)[2])
     batches = [(xb.to(device), yb.to(device)) for xb, yb in _micro_batches(rank, size, seed)]
+    _given["accumulate"] = {
+        "batches": [(xb.clone(), yb.clone()) for xb, yb in batches], "items": list(batches),
+        "modes": _modes(model), "settings": _settings(opt)}
     return model, opt, batches
+
+
+def _settings(opt: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    """The optimizer's settings (lr, momentum, ...), group by group."""
+    return [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
 
 
 def _ddp_parameters(args: tuple, returned: Any) -> torch.Tensor:
@@ -112,14 +200,31 @@ def _ddp_parameters(args: tuple, returned: Any) -> torch.Tensor:
 
 
 def _accumulate_observed(args: tuple, returned: Any) -> dict[str, Any]:
-    model, _, batches = args
+    model, opt, batches = args
+    given = _given.pop("accumulate", None) or {}
+    changed = []
+    if "items" in given and (len(batches) != len(given["items"])
+                             or any(a is not b for a, b in zip(batches, given["items"]))):
+        changed.append(f"the caller's list micro_batches (it held {len(given['items'])} pairs, "
+                       f"now {len(batches)}): leave it as it was (loop over it, or over "
+                       "micro_batches[:-1], without pop or del)")
+    elif "batches" in given and not _same_tensors(given["batches"], list(batches)):
+        changed.append("the tensors of micro_batches in place: leave them as they were")
+    if "settings" in given and _settings(opt) != given["settings"]:
+        keys = sorted({k for was, now in zip(given["settings"], _settings(opt))
+                       for k in was.keys() | now.keys() if was.get(k) != now.get(k)})
+        changed.append(f"the optimizer's settings ({', '.join(keys)}): leave them as they were "
+                       "(divide the loss, not the learning rate)")
     return {"reductions": len(model.reductions), "passes": list(model.passes),
-            "rows": max(len(xb) for xb, _ in batches)}
+            "rows": max((len(xb) for xb, _ in given.get("items", batches)), default=0),
+            "changed": changed, "mode": _mode_problem(given.get("modes", _modes(model)),
+                                                      _modes(model))}
 
 
 def _accumulate_expected(rank: int, size: int, seed: int) -> torch.Tensor:
     _, _, lr = _accumulate_setup(seed)
-    model = mlp(hidden=16, seed=seed % 1000)
+    with torch.random.fork_rng(devices=[]):  # mlp(seed=) reseeds the notebook's generator
+        model = mlp(hidden=16, seed=seed % 1000)
     xs = torch.cat([xb for r in range(size) for xb, _ in _micro_batches(r, size, seed)])
     ys = torch.cat([yb for r in range(size) for _, yb in _micro_batches(r, size, seed)])
     F.cross_entropy(model(xs), ys).backward()
@@ -138,15 +243,23 @@ def _accumulate_means(calls: Calls, rank: int, size: int, observed: Any) -> str 
         return ("ran the forward passes of several micro-batches before their backward: one "
                 "micro-batch at a time, please (its forward, then its backward), so that only "
                 "one micro-batch's activations are held")
+    if observed["reductions"] == 0 and (own := sorted({c["op"] for c in calls})):
+        return (f"averaged the gradients yourself ({', '.join(own)}), and DDP never did: let DDP "
+                "all-reduce them, once, in the last micro-batch's backward (no_sync for all "
+                "the others)")
     if observed["reductions"] != 1:
         return (f"DDP averaged the gradients {observed['reductions']} times: once per optimizer "
-                "step, please (no_sync for all micro-batches but the last)")
-    return None
+                "step, please (no_sync for all micro-batches but the last, forward and "
+                "backward both inside it)")
+    if changed := observed.get("changed"):
+        return f"changed {changed[0]}"
+    return observed.get("mode")
 
 
 ACCUMULATE = Exercise(
     "accumulate", _accumulate_args, _accumulate_expected, _accumulate_means,
-    "one micro-batch at a time, one all-reduce per optimizer step", collect=_ddp_parameters,
+    "one micro-batch at a time, one all-reduce per optimizer step, the inputs left as they "
+    "were", collect=_ddp_parameters,
     observe=_accumulate_observed, atol=1e-5)
 
 
@@ -182,9 +295,12 @@ def _stop_counting(rank: int, seed: int) -> None:
 
 def _shard_setup(size: int, seed: int) -> tuple[int, int]:
     """(samples, epoch). One case in two has fewer samples than ranks, so that the padding
-    repeats the shuffled indices more than once where the world size allows it."""
-    n = max(1, (size - 1) // 2) if seed % 4 in (1, 2) else 50 + seed % 41
-    return n, seed % 7
+    repeats the shuffled indices more than once where the world size allows it; the other has
+    50 to 91 samples, never a multiple of the world size, so that the shares are padded."""
+    if seed % 4 in (1, 2):
+        return max(1, (size - 1) // 2), seed % 7
+    n = 50 + seed % 41
+    return n + (size > 1 and n % size == 0), seed % 7
 
 
 def _shard_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
@@ -201,14 +317,20 @@ def _shard_expected(rank: int, size: int, seed: int) -> list[int]:
     return list(sampler)
 
 
-def _samplers_used(args: tuple, returned: Any) -> int:
-    return _samplers_made[0]
+def _samplers_used(args: tuple, returned: Any) -> dict[str, Any]:
+    # the returned value's own type: the value judged is a CPU copy, in which a tuple is a list
+    return {"samplers": _samplers_made[0], "type": type(returned).__name__}
 
 
 def _shard_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
-    if observed:
+    if observed["samplers"]:
         return "built the shard with DistributedSampler: by hand, please (without it)"
-    return no_communication(calls, rank, size, observed)
+    if problem := no_communication(calls, rank, size, observed):
+        return problem
+    if observed["type"] != "list":
+        return (f"my_shard returned a {observed['type']} of the right indices: a list, please "
+                "(as list(sampler) gives it)")
+    return None
 
 
 MY_SHARD = Exercise("my_shard", _shard_args, _shard_expected, _shard_means,
