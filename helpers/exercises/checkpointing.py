@@ -2,9 +2,11 @@
 their inputs, right answers and rules.
 
 Beyond the value, the checkers hold an answer to what the exercises' text asks: a *model* is
-returned (exercise 1), the directory is left as it was (exercise 2), only rank 0 reads the file
-and the weights travel by collectives (exercise 3), and every ``torch.load`` of the exercise's
-file keeps ``weights_only=True`` (an audit hook sees an unrestricted unpickler at work)."""
+returned and its file's folder left as it was (exercise 1); the directory is left as it was,
+and the steps straddle 10**6 so that names sorted as strings mislead (exercise 2); only rank 0
+reads the file, the weights travel by collectives, every async request is waited on, and the
+model keeps its mode and device (exercise 3). Every ``torch.load`` of the exercise's file
+keeps ``weights_only=True`` (an audit hook sees an unrestricted unpickler at work)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from .means import collectives_only, no_communication
 # ---- what the checks remember on a rank between writing the inputs and judging the answer ---
 _file_weights: dict[str, dict[str, torch.Tensor]] = {}  # exercise 1: path -> the file's weights
 _devices: dict[str, Any] = {}  # exercise 1: path -> the rank's device
-_listings: dict[str, dict[str, str]] = {}  # exercise 2: directory -> {name: sha256}
+_listings: dict[str, dict[str, str]] = {}  # file or directory -> {name: sha256} of its folder
 _unsafe_loads: dict[str, int] = {}  # path -> torch.load calls that unpickled it unrestricted
 _hooked: list[bool] = []
 
@@ -98,12 +100,43 @@ def _file_model(seed: int) -> dict[str, torch.Tensor]:
         return dict(mlp(seed=seed % 1000).state_dict())
 
 
+def _on(tensors: Any, want: torch.device) -> bool:
+    """Whether every tensor is on the device want ("cuda" without an index: any GPU)."""
+    return all(t.device.type == want.type and want.index in (None, t.device.index)
+               for t in tensors)
+
+
+def _snapshot(directory: Path) -> dict[str, str]:
+    """{name: sha256 of its bytes} of every file in the directory."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+def _changes(before: dict[str, str], now: dict[str, str]) -> str:
+    """'removed [...], rewrote [...], added [...]', naming only what happened."""
+    said = [f"{what} {names}" for what, names in (
+        ("removed", sorted(set(before) - set(now))),
+        ("rewrote", sorted(k for k in before if k in now and now[k] != before[k])),
+        ("added", sorted(set(now) - set(before)))) if names]
+    return ", ".join(said)
+
+
+def _folder_changes(path: str, who: str, only: str) -> str | None:
+    """What to say if the folder of path (snapshot in _listings[path]) changed."""
+    before, now = _listings[path], _snapshot(Path(path).parent)
+    if now == before:
+        return None
+    return f"{who} changed the folder of {Path(path).name} ({_changes(before, now)}): {only}, " \
+           "write nothing"
+
+
 # ---- exercise 1: a checkpoint saved the wrong way ------------------------------------------
 def _wrong_way_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
     path = str(_checkpoint_dir(seed, rank) / "wrong_way.pt")
     weights = _file_model(seed)  # saved the wrong way: with DDP's "module." on every key
     torch.save({f"module.{k}": v for k, v in weights.items()}, path)
     _file_weights[path], _devices[path] = weights, torch.device(device)
+    _listings[path] = _snapshot(Path(path).parent)
     _watch_unsafe(path)
     return (path,)
 
@@ -134,6 +167,8 @@ def _what_was_returned(args: tuple, returned: Any) -> str | None:
 
     if problem := _unsafe(args[0], "load_wrong_way"):
         return problem
+    if problem := _folder_changes(args[0], "load_wrong_way", "read the file"):
+        return problem
     want = _devices[args[0]]
     if isinstance(returned, DistributedDataParallel):
         return "load_wrong_way gave a DDP model: return the plain mlp() (no DDP wrapper)"
@@ -141,9 +176,9 @@ def _what_was_returned(args: tuple, returned: Any) -> str | None:
         what = "None" if returned is None else f"a {type(returned).__name__}"
         return (f"load_wrong_way gave {what}, not a model: return a plain mlp() on {want} "
                 "holding the file's weights")
-    where = {p.device for p in returned.parameters()}
-    if where != {want}:
-        return f"load_wrong_way gave a model on {sorted(map(str, where))}, expected it on {want}"
+    if not _on(returned.state_dict().values(), want):
+        where = sorted({str(t.device) for t in returned.state_dict().values()})
+        return f"load_wrong_way gave a model on {where}, expected it on {want}"
     return None
 
 
@@ -152,7 +187,7 @@ def _wrong_way_expected(rank: int, size: int, seed: int) -> dict[str, torch.Tens
 
 
 def _wrong_way_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
-    return no_communication(calls, rank, size, observed) or observed
+    return observed or no_communication(calls, rank, size, observed)
 
 
 LOAD_WRONG_WAY = Exercise("load_wrong_way", _wrong_way_args, _wrong_way_expected,
@@ -167,20 +202,20 @@ def _newest_setup(seed: int) -> list[tuple[int, str]]:
 
     Every bad kind sits above the newest good checkpoint, so that an answer which skips one
     of the checks (opens nothing, or trusts torch.load without the checksum) is wrong in
-    every case. One seed in three has no good file at all: the answer is then None (the
-    seeds of one check's cases, and of its run on fewer ranks, cover every remainder)."""
+    every case. The steps are irregular and straddle 10**6, where the names grow from six
+    digits to seven: the newest good step has seven, the older good ones six, so that an
+    answer that sorts the names as strings, or reads six digits, picks an older one. One seed
+    in three has no good file at all: the answer is then None (the seeds of one check's
+    cases, and of its run on fewer ranks, cover every remainder)."""
     gen = random.Random(seed)
-    good = 0 if seed % 3 == 0 else gen.randint(1, 3)
+    good = 0 if seed % 3 == 0 else gen.randint(2, 4)
+    top = gen.randrange(10**6, 10**6 + 5000)  # the newest good step (or where the bad start)
+    older = sorted(gen.sample(range(10**6 - 5000, 10**6), max(good - 1, 0)))
     bad = ["torn", "corrupt", "temporary"]
     gen.shuffle(bad)
-    steps = sorted(gen.sample(range(1, 90), good + len(bad)))
-    return list(zip(steps, ["good"] * good + bad))
-
-
-def _snapshot(directory: Path) -> dict[str, str]:
-    """{name: sha256 of its bytes} of every file in the directory."""
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(directory.iterdir()) if p.is_file()}
+    above = sorted(gen.sample(range(top + 1, top + 5000), len(bad)))
+    steps = [*older, top] if good else []
+    return list(zip(steps + above, ["good"] * len(steps) + bad))
 
 
 def _newest_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
@@ -218,11 +253,7 @@ def _directory_changes(args: tuple, returned: Any) -> str | None:
     before, now = _listings[args[0]], _snapshot(Path(args[0]))
     if now == before:
         return None
-    gone = sorted(set(before) - set(now))
-    changed = sorted(k for k in before if k in now and now[k] != before[k])
-    added = sorted(set(now) - set(before))
-    return (f"newest_loadable changed the directory (removed {gone}, rewrote {changed}, added "
-            f"{added}): it must only read it")
+    return f"newest_loadable changed the directory ({_changes(before, now)}): it must only read it"
 
 
 def _newest_expected(rank: int, size: int, seed: int) -> str | None:
@@ -241,6 +272,15 @@ NEWEST_LOADABLE = Exercise("newest_loadable", _newest_args, _newest_expected, _n
 
 
 # ---- exercise 3: read once, share with everyone --------------------------------------------
+_models: dict[str, dict[str, Any]] = {}  # path -> what the rank's model was: its mode, device
+_unwaited: dict[str, int] = {}  # path -> async collectives the answer never waited on
+
+
+def _inflight() -> Any:
+    """torch's registry of async collectives not yet waited on (work.wait() takes one off)."""
+    return torch._C._distributed_c10d
+
+
 def _share_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
     import torch.distributed as dist
 
@@ -250,32 +290,87 @@ def _share_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tup
     dist.barrier(group=group)
     trial.watch(path)
     _watch_unsafe(path)
-    return str(path), mlp(seed=(seed + 1 + rank) % 1000).to(device)
+    model = mlp(seed=(seed + 1 + rank) % 1000).to(device)
+    if (seed + rank) % 2:  # every other rank's model arrives in eval mode
+        model.eval()
+    _models[str(path)] = {"modes": [m.training for m in model.modules()],
+                          "device": torch.device(device)}
+    if rank == 0:
+        _listings[str(path)] = _snapshot(path.parent)
+    _inflight()._set_allow_inflight_collective_as_graph_input(True)  # for _share_state
+    _unwaited[str(path)] = _inflight()._get_work_registry_size()
+    return str(path), model
 
 
 def _share_state(args: tuple, returned: Any) -> dict[str, torch.Tensor]:
-    return {k: v.detach().cpu() for k, v in args[1].state_dict().items()}
+    """The model's weights, once every async collective into them has finished: an answer
+    that never waits on its requests is named (by _share_opened), not judged by a race."""
+    path, model = args
+    registry = _inflight()
+    _unwaited[path] = registry._get_work_registry_size() - _unwaited[path]
+    if _unwaited[path]:
+        for tensor in model.state_dict().values():
+            torch.ops._c10d_functional.wait_tensor(tensor)
+    registry._set_allow_inflight_collective_as_graph_input(False)
+    return {f"the model's {k}": v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+def _share_expected(rank: int, size: int, seed: int) -> dict[str, torch.Tensor]:
+    return {f"the model's {k}": v for k, v in _file_model(seed).items()}
 
 
 def _share_opened(args: tuple, returned: Any) -> tuple[int, str | None]:
-    return trial.opened(args[0]), _unsafe(args[0], "rank 0")
+    """How often this rank opened the file, and what else is wrong (None if nothing)."""
+    return trial.opened(args[0]), _share_problem(*args)
+
+
+def _share_problem(path: str, model: nn.Module) -> str | None:
+    """weights_only, requests never waited on, the model's mode and device, rank 0's folder."""
+    if problem := _unsafe(path, "rank 0"):
+        return problem
+    if count := _unwaited.get(path):
+        return (f"load_and_share returned with {count} async_op=True collective"
+                f"{'s' * (count > 1)} never waited on: the model may not hold the weights yet "
+                "(call .wait() on each request before returning)")
+    was = _models[path]
+    if (modes := [m.training for m in model.modules()]) != was["modes"]:
+        return (f"load_and_share left the model in {'training' if modes[0] else 'eval'} mode;"
+                f" it was in {'training' if was['modes'][0] else 'eval'} mode: leave the mode "
+                "as it was (load_state_dict does not change it)")
+    if not _on(model.state_dict().values(), was["device"]):
+        where = sorted({str(t.device) for t in model.state_dict().values()})
+        return (f"load_and_share moved the model to {where}: it was on {was['device']}; load "
+                "the weights into its own tensors (load_state_dict copies them there)")
+    if path in _listings:
+        return _folder_changes(path, "load_and_share", "only read the file")
+    return None
 
 
 def _share_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
-    opened, unsafe = observed
+    opened, problem = observed
     if rank != 0 and opened:
         return f"rank {rank} opened the file itself: only rank 0 may read it"
     if rank == 0 and not opened:
         return "rank 0 never opened the file"
-    if unsafe:
-        return unsafe
+    if problem:
+        return problem
     if problem := collectives_only(calls, rank, size, observed):
         return problem.replace("the values must come from the other ranks",
                                "the weights must reach the other ranks from rank 0")
     return None
 
 
+def _share_cleanup(rank: int, seed: int) -> None:
+    """_remove_checkpoints, and the registry of async collectives back off."""
+    _inflight()._set_allow_inflight_collective_as_graph_input(False)
+    for s in (seed, seed + 1):
+        for memory in (_models, _unwaited):
+            memory.pop(str(_folder(s, 0) / "shared.pt"), None)
+    _remove_checkpoints(rank, seed)
+
+
 LOAD_AND_SHARE = Exercise(
-    "load_and_share", _share_args, _wrong_way_expected, _share_means,
-    "only rank 0 reads the file (weights_only=True), the weights travel by collectives",
-    collect=_share_state, observe=_share_opened, cleanup=_remove_checkpoints)
+    "load_and_share", _share_args, _share_expected, _share_means,
+    "only rank 0 reads the file (weights_only=True), the weights travel by collectives, "
+    "every request is waited on, the model keeps its mode and device",
+    collect=_share_state, observe=_share_opened, cleanup=_share_cleanup)
