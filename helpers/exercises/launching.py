@@ -2,16 +2,69 @@
 
 They run in the notebook itself, not on ranks: each checker calls the learner's function on
 many made-up cases and names the first ones it gets wrong. Beyond the value, it checks that
-the function left its inputs and this process's environment (os.environ) as they were."""
+the function left its inputs, this process's environment (os.environ) and the global random
+generators as they were, and that each call gave a value of its own (not one object that the
+next call changes)."""
 
 from __future__ import annotations
 
+import copy
+import os
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .core import describe, judge_cases, value_problem
+from . import trial
+from .core import Problem, describe, judge_cases, value_problem
+
+ENVIRON = "the environment (os.environ)"
+
+
+class _SideEffect:
+    """What the learner's function returned, and the global generators it changed."""
+
+    def __init__(self, value: Any, changed: list[str]) -> None:
+        self.value, self.changed = value, changed
+
+
+def _judge(name: str, fn: Callable[..., Any], cases: Sequence[tuple[str, tuple, Any]],
+           what: str, problem: Problem = value_problem) -> None:
+    """judge_cases (the value, the arguments, os.environ), and also: the global random
+    generators (Python's, torch's, numpy's) left as they were, and a new value on every call,
+    not one dict or list that a later call changes (a default argument or a global)."""
+    state = {"case": -1}
+    kept: dict[int, tuple[str, Any, Any]] = {}  # id -> (label, the object, its value then)
+
+    def run(*args: Any) -> Any:
+        state["case"] += 1  # judge_cases calls fn once per case, in order
+        before = trial._global_state()
+        try:
+            got = fn(*args)
+        finally:
+            changed = [n for n in trial._changes(before, trial._global_state()) if n != ENVIRON]
+            if changed:  # put the generators back; judge_cases names and restores os.environ
+                trial._restore({**before, ENVIRON: dict(os.environ)})
+        return _SideEffect(got, changed) if changed else got
+
+    def judged(got: Any, right: Any) -> str | None:
+        if isinstance(got, _SideEffect):
+            them = "it" if len(got.changed) == 1 else "them"
+            return (f"its answer, but changed {' and '.join(got.changed)}: leave {them} as "
+                    f"{name} found {them} (draw from a generator of your own, random.Random() "
+                    "or torch.Generator(), or from none)")
+        label = cases[state["case"]][0]
+        if isinstance(got, dict | list):
+            kind = type(got).__name__
+            if (earlier := kept.get(id(got))) is not None and earlier[2] != got:
+                return (f"the same {kind} it returned for {earlier[0]}, and so changed that "
+                        f"call's answer: build a new {kind} on every call (a default argument "
+                        "or a global outlives the call)")
+            kept[id(got)] = (label, got, copy.deepcopy(got))  # kept alive: ids stay unique
+        return problem(got, right)
+
+    judge_cases(name, run, cases, what, judged)
+
 
 # ---- exercise 1: what torchrun sets ------------------------------------------------------
 
@@ -59,24 +112,27 @@ def _host_names(gen: random.Random, count: int) -> list[str]:
 
 def env_cases(trials: int = 12) -> list[tuple[str, tuple, dict[str, str]]]:
     """Every process of jobs of 1 to 5 hosts (random addresses) and 1 to 8 processes per host
-    (the first job has 2 hosts of 4, a size where a few wrong formulas agree with the right one)."""
+    (the first job has 2 hosts of 4, a size where a few wrong formulas agree with the right one).
+    The first job's processes come in order, the others' in any: a function that counts its
+    calls to number the ranks is wrong, as it would be when torchrun starts them."""
     gen, cases = random.Random(7), []
     for job in range(trials):
         n_hosts, per_host = (2, 4) if job == 0 else (gen.randint(1, 5), gen.randint(1, 8))
         hosts = _host_names(gen, n_hosts)
         port = gen.randint(20000, 60000)
-        for host in range(n_hosts):
-            for local in range(per_host):
-                args = (hosts, per_host, host, local, port)
-                cases.append((f"{n_hosts} host{'s' * (n_hosts > 1)} x {per_host}, host {host}, "
-                              f"local rank {local}", args, _launch_env(*args)))
+        workers = [(host, local) for host in range(n_hosts) for local in range(per_host)]
+        if job > 0:  # a generator of its own: the jobs stay those of the stored outputs
+            random.Random(job).shuffle(workers)
+        for host, local in workers:
+            args = (hosts, per_host, host, local, port)
+            cases.append((f"{n_hosts} host{'s' * (n_hosts > 1)} x {per_host}, host {host}, "
+                          f"local rank {local}", args, _launch_env(*args)))
     return cases
 
 
 def check_env_for(env_for: Callable[..., Any]) -> None:
     """Notebook 07, exercise 1: the environment torchrun gives one worker of a job."""
-    judge_cases("env_for", env_for, env_cases(), "processes of 12 jobs of 1 to 5 hosts",
-                env_problem)
+    _judge("env_for", env_for, env_cases(), "processes of 12 jobs of 1 to 5 hosts", env_problem)
 
 
 # ---- exercise 2: Slurm's task layout -------------------------------------------------------
@@ -119,9 +175,29 @@ def node_rank_cases(trials: int = 15) -> list[tuple[str, tuple, list[int]]]:
     return cases
 
 
+def _ranks(ranks: list[int]) -> str:
+    """A list of ranks for a message, its ends only when it is long: '[0, 1, 2, ..., 15]'."""
+    if len(ranks) <= 12:
+        return str(ranks)
+    return f"[{', '.join(map(str, ranks[:3]))}, ..., {', '.join(map(str, ranks[-2:]))}] " \
+           f"({len(ranks)} ranks)"
+
+
+def ranks_problem(got: Any, right: list[int]) -> str | None:
+    """What is wrong with got, a node's ranks: both lists shown, long ones by their ends."""
+    if (problem := value_problem(got, right)) is None:
+        return None
+    if type(got) is not list:
+        return f"{describe(got)}, expected a list: {_ranks(right)}"
+    if all(type(r) is int for r in got):
+        return f"{_ranks(got)}, expected {_ranks(right)}"
+    return problem  # items of another type: the first one named
+
+
 def check_node_ranks(node_ranks: Callable[[str, int], Any]) -> None:
     """Notebook 07, exercise 2: the global ranks Slurm places on one node."""
-    judge_cases("node_ranks", node_ranks, node_rank_cases(), "nodes of 15 allocations")
+    _judge("node_ranks", node_ranks, node_rank_cases(), "nodes of 15 allocations",
+           ranks_problem)
 
 
 # ---- exercise 3: why won't it start? -------------------------------------------------------
@@ -161,16 +237,34 @@ def _respelled(gen: random.Random, value: str) -> str:
 
 
 MISTAKES = ("duplicate", "out of range", "not a number", "respelled", "respelled duplicate",
-            "port", "addr", "world size", "respelled setting")
+            "port", "addr", "world size", "respelled setting", "setting not a number",
+            "duplicate of a misconfigured one", "settings scattered")
+SETTINGS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")
+
+
+def _misconfigure(gen: random.Random, env: dict[str, str], key: str, size: int) -> None:
+    """Give one process another value of one setting."""
+    if key == "MASTER_PORT":
+        env[key] = str(int(env[key]) + gen.randint(1, 9))
+    elif key == "MASTER_ADDR":
+        env[key] = f"10.{gen.randint(0, 255)}.1.{gen.randint(2, 250)}"
+    else:
+        env[key] = str(size + gen.choice([-1, 1]))
 
 
 def planted_envs(seed: int) -> tuple[list[dict[str, str]], list[int]]:
     """The environments of the processes of one job, with zero to two planted mistakes and
     sometimes one process missing, and the right answer. Every third job misses a process;
-    the kinds of mistake take turns, so each is planted in several of the first jobs."""
+    the kinds of mistake take turns, so each is planted in several of the first jobs. A
+    "settings scattered" job has 3 or 4 processes, three of them each with one setting wrong
+    (the first among them): the most common (address, port, size) taken together is then not
+    the job's, which is taken setting by setting."""
     gen = random.Random(seed)
+    scattered = MISTAKES[seed % len(MISTAKES)] == "settings scattered" and seed % 5 != 4
     while True:
         size = gen.randint(3, 8) if seed % 3 == 1 else gen.randint(2, 8)
+        if scattered:
+            size = gen.randint(3, 4) + (seed % 3 == 1)
         addr, port = f"10.{gen.randint(0, 255)}.{gen.randint(0, 255)}.{gen.randint(2, 250)}", \
             gen.randint(20000, 60000)
         envs = [{"MASTER_ADDR": addr, "MASTER_PORT": str(port), "WORLD_SIZE": str(size),
@@ -192,6 +286,16 @@ def planted_envs(seed: int) -> tuple[list[dict[str, str]], list[int]]:
             elif kind == "respelled setting":
                 key = gen.choice(["MASTER_PORT", "WORLD_SIZE"])
                 envs[i][key] = _respelled(gen, envs[i][key])
+            elif kind == "setting not a number":  # a variable never expanded, a float, nothing
+                key = gen.choice(["MASTER_PORT", "WORLD_SIZE"])
+                envs[i][key] = gen.choice([f"${key}", f"{envs[i][key]}.0", ""])
+            elif kind == "duplicate of a misconfigured one":
+                _misconfigure(gen, envs[i], gen.choice(SETTINGS), size)
+                envs[other]["RANK"] = envs[i]["RANK"]
+            elif kind == "settings scattered":
+                wrong = [0, *gen.sample(range(1, len(envs)), 2)] if len(envs) >= 3 else []
+                for j, key in zip(wrong, gen.sample(SETTINGS, 3)):
+                    _misconfigure(gen, envs[j], key, size)
             elif kind == "duplicate":
                 envs[i]["RANK"] = envs[other]["RANK"]
             elif kind == "respelled duplicate":
@@ -206,6 +310,30 @@ def planted_envs(seed: int) -> tuple[list[dict[str, str]], list[int]]:
             return envs, _blame(envs)  # computed from the result: a second mistake may undo a first
 
 
+def _processes(indices: list[int], verb: str) -> str:
+    return (f"process {indices[0]} {verb}" if len(indices) == 1
+            else f"processes {', '.join(map(str, indices))} {verb.replace('is', 'are', 1)}")
+
+
+def blame_problem(got: Any, right: list[int]) -> str | None:
+    """What is wrong with got, the indices blamed: which are missing, which are not to blame,
+    or that they are not sorted or not each once."""
+    if (problem := value_problem(got, right)) is None:
+        return None
+    if type(got) is not list or not all(type(i) is int for i in got):
+        return problem
+    said = f"{describe(got)}, expected {describe(right)}"
+    if sorted(set(got)) == right:
+        return said + (": name each process once" if len(set(got)) < len(got)
+                       else ": sort the indices")
+    hints = []
+    if missed := sorted(set(right) - set(got)):
+        hints.append(_processes(missed, "is to blame"))
+    if wrongly := sorted(set(got) - set(right)):
+        hints.append(_processes(wrongly, "is not to blame"))
+    return f"{said}: {', '.join(hints)}"
+
+
 def check_rendezvous_problems(rendezvous_problems: Callable[[list], Any], trials: int = 40) -> None:
     """Notebook 07, exercise 3: which processes of a job stop its rendezvous."""
     cases = []
@@ -213,5 +341,5 @@ def check_rendezvous_problems(rendezvous_problems: Callable[[list], Any], trials
         envs, right = planted_envs(seed)
         missing = " (one missing)" if seed % 3 == 1 else ""
         cases.append((f"{len(envs)} processes{missing}, job #{seed}", (envs,), right))
-    judge_cases("rendezvous_problems", rendezvous_problems, cases,
-           "planted jobs of 2 to 8 processes, some with one process missing")
+    _judge("rendezvous_problems", rendezvous_problems, cases,
+           "planted jobs of 2 to 8 processes, some with one process missing", blame_problem)
