@@ -1,4 +1,4 @@
-"""More answers to the exercises of notebooks 00 to 03, for tests/test_exercises.py: other
+"""More answers to the exercises, for tests/test_exercises.py: other
 right answers, written unlike the worked solution, that must pass; and more of the wrong
 answers learners write, each with a piece of the message its checker must give.
 
@@ -12,10 +12,15 @@ ranks only.
 
 from __future__ import annotations
 
+from answers import RIGHT
+
 # name -> [(what, source)]: each must pass at 3 ranks (and at 2 alone), and at 4
 ALSO_RIGHT: dict[str, list[tuple[str, str]]] = {}
 # name -> [(what, source, message piece[, the world size to try it at: 3 unless said])]
 MORE_WRONG: dict[str, list[tuple]] = {}
+# the exercises run in the notebook itself: name -> [(what, source)] and [(what, source, piece)]
+IN_NOTEBOOK_ALSO_RIGHT: dict[str, list[tuple[str, str]]] = {}
+IN_NOTEBOOK_MORE_WRONG: dict[str, list[tuple[str, str, str]]] = {}
 
 # ---- notebook 00 ---------------------------------------------------------------------------
 ALSO_RIGHT["count_ranks"] = [
@@ -375,11 +380,14 @@ def ring_all_gather(chunk):
     return gathered
 '''
 MORE_WRONG["ring_all_gather"] = [
+    ("chunks of two numbers, as in the lesson's example", RIGHT["ring_all_gather"].replace(
+        "n, size = world_size, chunk.numel()", "n, size = world_size, 2"),
+     "at world size 3, rank 0: ring_all_gather raised", 3),
     ("hard-coded 3", _GATHER.replace("n, size = world_size,", "n, size = 3,"),
      "at world size 2, rank 0: ring_all_gather raised", 2),
     ("rows stacked, not one tensor end to end", _GATHER.replace(
         "    return gathered", "    return gathered.view(n, size)"),
-     "a float32 tensor of shape [3, 2], expected float32 of shape [6]"),
+     "a float32 tensor of shape [3, 3], expected float32 of shape [9]"),
     ("the indices of step 10, not shifted by one", _GATHER.replace(
         "out, inc = (rank - step) % n, (rank - step - 1) % n",
         "out, inc = (rank - step + 1) % n, (rank - step) % n"),
@@ -717,3 +725,22 @@ def in_sync(model):
                                    "(low.cpu().numpy() == high.cpu().numpy())[0]"), "expected"),
     ("a tensor", _SYNC.replace("bool(low.item() == high.item())", "low == high"), "tensor", 2),
 ]
+
+
+# ---- notebooks 04 to 07: one module each ---------------------------------------------------
+def _gather() -> None:
+    import answers_checkpointing
+    import answers_ddp
+    import answers_hangs
+    import answers_launching
+
+    for module in (answers_ddp, answers_checkpointing, answers_hangs, answers_launching):
+        for mine, theirs in ((ALSO_RIGHT, "ALSO_RIGHT"), (MORE_WRONG, "MORE_WRONG"),
+                             (IN_NOTEBOOK_ALSO_RIGHT, "IN_NOTEBOOK_ALSO_RIGHT"),
+                             (IN_NOTEBOOK_MORE_WRONG, "IN_NOTEBOOK_MORE_WRONG")):
+            added = getattr(module, theirs, {})
+            assert not set(added) & set(mine), (module.__name__, set(added) & set(mine))
+            mine.update(added)
+
+
+_gather()

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 from answers import IN_NOTEBOOK, RIGHT, WRONG, define
-from answers_more import ALSO_RIGHT, MORE_WRONG
+from answers_more import ALSO_RIGHT, IN_NOTEBOOK_ALSO_RIGHT, IN_NOTEBOOK_MORE_WRONG, MORE_WRONG
 
 from helpers import checks
 
@@ -22,12 +22,18 @@ def test_every_exercise_has_a_right_answer_and_wrong_ones():
     assert all(len(WRONG[name]) >= 2 for name in WRONG)
 
 
-def test_the_exercises_of_notebooks_00_to_03_have_another_right_answer_and_8_wrong_ones():
-    names = sorted(ALSO_RIGHT)
-    assert names == sorted(MORE_WRONG) and set(names) <= set(EXERCISES)
-    for name in names:
-        distinct = {planted[1] for planted in WRONG[name] + MORE_WRONG[name]}
-        assert len(distinct) >= 8 and ALSO_RIGHT[name], name
+def test_every_exercise_has_another_right_answer_and_8_wrong_ones():
+    """Issue 23's standard: each checker is tried with at least 8 distinct wrong answers, some
+    at 2 ranks, and with a right answer written unlike the worked solution."""
+    assert sorted(ALSO_RIGHT) == sorted(MORE_WRONG) == sorted(EXERCISES)
+    for name in EXERCISES:
+        planted = WRONG[name] + MORE_WRONG[name]
+        assert len({p[1] for p in planted}) >= 8 and ALSO_RIGHT[name], name
+        assert 2 in {p[3] if len(p) > 3 else 3 for p in planted}, f"{name}: none at 2 ranks"
+    assert sorted(IN_NOTEBOOK_ALSO_RIGHT) == sorted(IN_NOTEBOOK_MORE_WRONG) == sorted(IN_NOTEBOOK)
+    for name, (_, wrong) in IN_NOTEBOOK.items():
+        distinct = {p[1] for p in wrong + IN_NOTEBOOK_MORE_WRONG[name]}
+        assert len(distinct) >= 8 and IN_NOTEBOOK_ALSO_RIGHT[name], name
 
 
 @pytest.mark.parametrize("name", sorted(RIGHT))
@@ -82,8 +88,19 @@ def test_a_notebook_side_exercise_passes_its_right_answer(name, capsys):
     assert f"{name}: right on" in capsys.readouterr().out
 
 
+IN_NOTEBOOK_RIGHT = [(name, what, source) for name, right in IN_NOTEBOOK_ALSO_RIGHT.items()
+                      for what, source in right]
+
+
+@pytest.mark.parametrize(("name", "what", "source"), IN_NOTEBOOK_RIGHT,
+                         ids=[f"{n}: {w}" for n, w, _ in IN_NOTEBOOK_RIGHT])
+def test_a_notebook_side_exercise_passes_another_right_answer(name, what, source, capsys):
+    getattr(checks, f"check_{name}")(define(source, name))
+    assert f"{name}: right on" in capsys.readouterr().out, what
+
+
 IN_NOTEBOOK_WRONG = [(name, *planted) for name, (_, wrong) in IN_NOTEBOOK.items()
-                     for planted in wrong]
+                     for planted in wrong + IN_NOTEBOOK_MORE_WRONG.get(name, [])]
 
 
 @pytest.mark.parametrize(("name", "what", "source", "piece"), IN_NOTEBOOK_WRONG,
