@@ -1,0 +1,165 @@
+"""The exercises of notebook 08 (sharding): their inputs, right answers and rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..sharding import padded_shard
+from .core import Calls, Exercise
+from .means import no_communication, numel, ops
+
+LENGTHS = (1, 2, 5, 7, 11, 12, 13, 23, 24, 37, 60, 97)  # primes, multiples of 2, 3 and 4, tiny
+
+
+def _length(seed: int, extra: int = 0) -> int:
+    return LENGTHS[(seed // 2 + extra) % len(LENGTHS)]
+
+
+def _flat(seed: int) -> torch.Tensor:
+    """The same irregular vector on every rank (no zeros in it, so padding shows)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(_length(seed), generator=g) + 0.5
+
+
+def _unchanged(before: torch.Tensor, after: torch.Tensor) -> bool:
+    return after.shape == before.shape and torch.equal(after, before)
+
+
+# ---- exercise 1: my piece of a padded flat vector ----------------------------------------
+def _piece_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
+    return (_flat(seed).to(device),)
+
+
+def _piece_expected(rank: int, size: int, seed: int) -> torch.Tensor:
+    return padded_shard(_flat(seed), rank, size)
+
+
+_made: list[torch.Tensor] = []  # the input as it was made, on this rank (for the observer)
+
+
+def _piece_args_kept(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
+    _made[:] = [_flat(seed)]
+    return _piece_args(rank, size, device, group, seed)
+
+
+def _piece_observed(args: tuple, returned: Any) -> dict[str, bool]:
+    return {"kept": _unchanged(_made[0], args[0].cpu())}
+
+
+def _piece_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
+    if not observed["kept"]:
+        return "changed flat: leave the input as it was (pad a copy)"
+    return no_communication(calls, rank, size, observed)
+
+
+MY_PIECE = Exercise(
+    "my_piece", _piece_args_kept, _piece_expected, _piece_means,
+    "padded with zeros at the end, every piece the same length, no communication",
+    observe=_piece_observed, cases=3, atol=0.0)
+
+
+# ---- exercise 2: the global gradient norm across shards ----------------------------------
+def _norm_shards(size: int, seed: int) -> list[torch.Tensor]:
+    """Every rank's shard of one gradient: equal lengths, the last one padded with zeros."""
+    g = torch.Generator().manual_seed(seed)
+    whole = torch.randn(_length(seed, 3) * 3 + 1, generator=g) * (1 + seed % 5)
+    return [padded_shard(whole, r, size) for r in range(size)]
+
+
+def _norm_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
+    return (_norm_shards(size, seed)[rank].to(device),)
+
+
+def _norm_expected(rank: int, size: int, seed: int) -> float:
+    return torch.cat(_norm_shards(size, seed)).double().norm().item()
+
+
+def _norm_observed(args: tuple, returned: Any) -> bool:
+    return True
+
+
+def _norm_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
+    if p2p := ops(calls, "p2p"):
+        return f"called {sorted(set(p2p))}: one all_reduce, no point-to-point call, please"
+    collectives = ops(calls, "collective")
+    if collectives != ["all_reduce"]:
+        return (f"made the collective calls {collectives}: exactly one all_reduce, of this "
+                "rank's sum of squares, please (it moves one number, not the gradient)")
+    if (n := numel(list(calls[0]["shapes"]))) > 1:
+        return (f"all-reduced {n} numbers: one number per rank is enough (this rank's sum of "
+                "squares)")
+    return None
+
+
+GLOBAL_NORM = Exercise(
+    "global_norm", _norm_args, _norm_expected, _norm_means,
+    "one all_reduce of one number per rank", cases=2, atol=1e-4)
+
+
+# ---- exercise 3: a ZeRO-2 SGD step on a flat parameter vector ----------------------------
+def _step_setup(size: int, seed: int) -> tuple[torch.Tensor, list[torch.Tensor], float]:
+    g = torch.Generator().manual_seed(seed)
+    n = _length(seed, 5) + 3
+    params = torch.randn(n, generator=g)
+    grads = [torch.randn(n, generator=g) for _ in range(size)]
+    return params, grads, 0.1 * (1 + seed % 3)
+
+
+def _step_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
+    params, grads, lr = _step_setup(size, seed)
+    return params.to(device), grads[rank].to(device), lr
+
+
+def _step_collect(args: tuple, returned: Any) -> Any:
+    if returned is not None:
+        return "a value returned: update params in place and return None"
+    return args[0]
+
+
+def _step_expected(rank: int, size: int, seed: int) -> torch.Tensor:
+    params, grads, lr = _step_setup(size, seed)
+    return params - lr * torch.stack(grads).mean(dim=0)
+
+
+def _step_observed(args: tuple, returned: Any) -> dict[str, Any]:
+    return {"grad kept": _unchanged(_step_grad[0], args[1].cpu()) if _step_grad else True}
+
+
+_step_grad: list[torch.Tensor] = []
+
+
+def _step_args_kept(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
+    _step_grad[:] = [_step_setup(size, seed)[1][rank]]
+    return _step_args(rank, size, device, group, seed)
+
+
+GATHERS = ("all_gather_into_tensor", "all_gather")
+SCATTERS = ("reduce_scatter_tensor", "reduce_scatter")
+
+
+def _step_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
+    if not observed["grad kept"]:
+        return "changed grad: leave this rank's gradient as it was (work on a padded copy)"
+    if p2p := ops(calls, "p2p"):
+        return f"called {sorted(set(p2p))}: collectives only, please"
+    made = ops(calls, "collective")
+    if "all_reduce" in made:
+        return ("called all_reduce: reduce-scatter the gradient instead (each rank needs the "
+                "average of its own shard only: half the traffic of an all-reduce)")
+    scatters = [op for op in made if op in SCATTERS]
+    gathers = [op for op in made if op in GATHERS]
+    if len(scatters) != 1 or len(gathers) != 1 or len(made) != 2:
+        return (f"made the collective calls {made}: one reduce-scatter of the gradient, then "
+                "one all-gather of the updated shards, please")
+    if made.index(scatters[0]) > made.index(gathers[0]):
+        return f"made {made}: reduce-scatter first, then all-gather the updated shards"
+    return None
+
+
+ZERO_SGD_STEP = Exercise(
+    "zero_sgd_step", _step_args_kept, _step_expected, _step_means,
+    "one reduce-scatter, then one all-gather, params updated in place",
+    collect=_step_collect, observe=_step_observed, cases=2, atol=1e-5)
+

@@ -1,0 +1,202 @@
+"""More answers to the exercises of notebook 08, for tests/test_exercises.py (gathered by
+tests/answers_more.py): other right answers and more wrong ones, some tried at 2 ranks."""
+
+from __future__ import annotations
+
+from answers import RIGHT
+
+ALSO_RIGHT: dict[str, list[tuple[str, str]]] = {}
+MORE_WRONG: dict[str, list[tuple]] = {}
+
+# ---- exercise 1: my_piece ------------------------------------------------------------------
+ALSO_RIGHT["my_piece"] = [
+    ("F.pad, then view as (world_size, size) and take a row", '''
+import torch.nn.functional as F
+
+def my_piece(flat):
+    n = dist.get_world_size()
+    size = -(-flat.numel() // n)
+    return F.pad(flat, (0, size * n - flat.numel())).view(n, size)[dist.get_rank()].clone()
+'''),
+]
+_HARD_4 = RIGHT["my_piece"].replace("world_size", "4")
+MORE_WRONG["my_piece"] = [
+    ("a hard-coded 4 ranks (right at 4 only)", _HARD_4, "expected", 3),
+    ("a hard-coded 2 ranks, tried at 2", RIGHT["my_piece"].replace("world_size", "2"),
+     "at world size 1, rank 0", 2),
+    ("torch.tensor_split: unequal pieces, no padding",
+     "def my_piece(flat):\n    return torch.tensor_split(flat, world_size)[rank]", "expected", 2),
+    ("padding at the front", '''
+import math
+
+def my_piece(flat):
+    size = math.ceil(flat.numel() / world_size)
+    padded = torch.cat([flat.new_zeros(size * world_size - flat.numel()), flat])
+    return padded[rank * size:(rank + 1) * size]''', "expected"),
+    ("padded with the last value instead of zeros", '''
+import math
+
+def my_piece(flat):
+    size = math.ceil(flat.numel() / world_size)
+    padded = torch.cat([flat, flat[-1:].expand(size * world_size - flat.numel())])
+    return padded[rank * size:(rank + 1) * size]''', "expected"),
+    ("strided: every world_size-th element", '''
+import math
+import torch.nn.functional as F
+
+def my_piece(flat):
+    size = math.ceil(flat.numel() / world_size)
+    return F.pad(flat, (0, size * world_size - flat.numel()))[rank::world_size]''', "expected"),
+    ("a list of floats", RIGHT["my_piece"].replace(".clone()", ".tolist()"), "a list"),
+    ("padded in place into the input (resize_)", '''
+import math
+
+def my_piece(flat):
+    n = flat.numel()
+    size = math.ceil(n / world_size)
+    flat.resize_(size * world_size)
+    flat[n:] = 0
+    return flat[rank * size:(rank + 1) * size].clone()''', "leave the input as it was"),
+    ("scattered from rank 0 (communication where none is needed)", '''
+import math
+
+def my_piece(flat):
+    size = math.ceil(flat.numel() / world_size)
+    padded = torch.zeros(size * world_size, dtype=flat.dtype, device=flat.device)
+    padded[:flat.numel()] = flat
+    mine = torch.empty(size, dtype=flat.dtype, device=flat.device)
+    dist.scatter(mine, list(padded.chunk(world_size)) if rank == 0 else None, src=0)
+    return mine''', "needs no communication"),
+]
+
+# ---- exercise 2: global_norm ---------------------------------------------------------------
+ALSO_RIGHT["global_norm"] = [
+    ("torch.linalg.vector_norm squared, math.sqrt, keyword op", '''
+import math
+
+def global_norm(shard):
+    sq = torch.linalg.vector_norm(shard).pow(2).reshape(1)
+    dist.all_reduce(sq, op=dist.ReduceOp.SUM, group=dist.group.WORLD)
+    return math.sqrt(sq.item())
+'''),
+]
+MORE_WRONG["global_norm"] = [
+    ("the local norm, tried at 2 ranks",
+     "def global_norm(shard):\n    return float(shard.norm())", "expected", 2),
+    ("no square root", RIGHT["global_norm"].replace("squares.sqrt().item()", "squares.item()"),
+     "expected"),
+    ("the mean of the squares (AVG)", RIGHT["global_norm"].replace(
+        "dist.all_reduce(squares)", "dist.all_reduce(squares, op=dist.ReduceOp.AVG)"),
+     "expected", 2),
+    ("the square root of a sum of norms", '''
+def global_norm(shard):
+    norm = shard.norm().reshape(1)
+    dist.all_reduce(norm)
+    return norm.sqrt().item()''', "expected"),
+    ("a tensor", RIGHT["global_norm"].replace("squares.sqrt().item()", "squares.sqrt()"),
+     "tensor"),
+    ("the whole gradient gathered (another collective)", '''
+def global_norm(shard):
+    parts = [torch.empty_like(shard) for _ in range(world_size)]
+    dist.all_gather(parts, shard)
+    return torch.cat(parts).double().norm().item()''', "exactly one all_reduce"),
+    ("the shards placed in a full vector and all-reduced", '''
+def global_norm(shard):
+    full = torch.zeros(world_size * shard.numel(), dtype=torch.float64, device=shard.device)
+    full[rank * shard.numel():(rank + 1) * shard.numel()] = shard
+    dist.all_reduce(full)
+    return full.norm().item()''', "one number per rank is enough"),
+    ("squares in place: the shard changed", '''
+def global_norm(shard):
+    shard.pow_(2)
+    total = shard.double().sum().reshape(1)
+    dist.all_reduce(total)
+    return total.sqrt().item()''', "expected"),
+    ("a norm times the hard-coded sqrt(4)",
+     "def global_norm(shard):\n    return shard.norm().item() * 2.0", "expected", 4),
+]
+
+# ---- exercise 3: zero_sgd_step -------------------------------------------------------------
+ALSO_RIGHT["zero_sgd_step"] = [
+    ("lists of chunks, ReduceOp.AVG", '''
+import torch.nn.functional as F
+
+def zero_sgd_step(params, grad, lr):
+    n = dist.get_world_size()
+    size = -(-params.numel() // n)
+    pad = size * n - params.numel()
+    mine = torch.empty(size, dtype=grad.dtype, device=grad.device)
+    dist.reduce_scatter(mine, list(F.pad(grad, (0, pad)).chunk(n)), op=dist.ReduceOp.AVG)
+    shard = F.pad(params, (0, pad)).chunk(n)[dist.get_rank()] - lr * mine
+    pieces = [torch.empty_like(shard) for _ in range(n)]
+    dist.all_gather(pieces, shard)
+    params.copy_(torch.cat(pieces)[:params.numel()])
+'''),
+]
+_NO_PAD = '''
+def zero_sgd_step(params, grad, lr):
+    size = params.numel() // world_size
+    mine = torch.empty(size, dtype=grad.dtype, device=grad.device)
+    dist.reduce_scatter_tensor(mine, grad[:size * world_size].clone())
+    shard = params[rank * size:(rank + 1) * size] - lr * mine / world_size
+    full = torch.empty(size * world_size, dtype=params.dtype, device=params.device)
+    dist.all_gather_into_tensor(full, shard)
+    params[:size * world_size] = full'''
+MORE_WRONG["zero_sgd_step"] = [
+    ("no padding: the tail of the vector never updated", _NO_PAD, "expected"),
+    ("no padding, tried at 2 ranks", _NO_PAD, "expected", 2),
+    ("divided by a hard-coded 4", RIGHT["zero_sgd_step"].replace("mine /= world_size",
+                                                                "mine /= 4"), "expected", 3),
+    ("the shard updated, never gathered", '''
+import math
+
+def zero_sgd_step(params, grad, lr):
+    size = math.ceil(params.numel() / world_size)
+    padded = torch.zeros(size * world_size, dtype=grad.dtype, device=grad.device)
+    padded[:grad.numel()] = grad
+    mine = torch.empty(size, dtype=grad.dtype, device=grad.device)
+    dist.reduce_scatter_tensor(mine, padded)
+    stop = min((rank + 1) * size, params.numel())
+    params[rank * size:stop] -= lr * mine[:max(0, stop - rank * size)] / world_size''',
+     "expected"),
+    ("a new tensor returned, params left alone", RIGHT["zero_sgd_step"].replace(
+        "    params.copy_(full[:params.numel()])", "    return full[:params.numel()]"),
+     "update params in place"),
+    ("the gradient padded in place (grad changed)", '''
+import math
+
+def zero_sgd_step(params, grad, lr):
+    n = grad.numel()
+    size = math.ceil(n / world_size)
+    grad.resize_(size * world_size)
+    grad[n:] = 0
+    mine = torch.empty(size, dtype=grad.dtype, device=grad.device)
+    dist.reduce_scatter_tensor(mine, grad)
+    full = torch.zeros(size * world_size, dtype=params.dtype, device=params.device)
+    full[:params.numel()] = params
+    dist.all_gather_into_tensor(full, full[rank * size:(rank + 1) * size] - lr * mine / world_size)
+    params.copy_(full[:params.numel()])''', "changed grad"),
+    ("all-reduce, then each rank's shard all-gathered", '''
+import math
+
+def zero_sgd_step(params, grad, lr):
+    size = math.ceil(params.numel() / world_size)
+    g = torch.zeros(size * world_size, dtype=grad.dtype, device=grad.device)
+    g[:grad.numel()] = grad
+    dist.all_reduce(g)
+    full = torch.zeros(size * world_size, dtype=params.dtype, device=params.device)
+    full[:params.numel()] = params
+    shard = (full - lr * g / world_size)[rank * size:(rank + 1) * size].clone()
+    dist.all_gather_into_tensor(full, shard)
+    params.copy_(full[:params.numel()])''', "reduce-scatter the gradient instead", 2),
+    ("every rank updates everything after all_gather of the gradients", '''
+def zero_sgd_step(params, grad, lr):
+    grads = [torch.empty_like(grad) for _ in range(world_size)]
+    dist.all_gather(grads, grad)
+    params -= lr * torch.stack(grads).mean(dim=0)''', "one reduce-scatter of the gradient"),
+    ("a race: the update read before the reduce-scatter finished", RIGHT["zero_sgd_step"].replace(
+        "    dist.reduce_scatter_tensor(mine, padded)\n",
+        "    work = dist.reduce_scatter_tensor(mine, padded, async_op=True)\n").replace(
+        "    dist.all_gather_into_tensor(full, shard)\n",
+        "    work.wait()\n    dist.all_gather_into_tensor(full, shard)\n"), "expected"),
+]
