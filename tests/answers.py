@@ -1048,11 +1048,11 @@ def my_piece(flat):
     return padded[rank * size:(rank + 1) * size].clone()
 '''
 WRONG["my_piece"] = [
-    ("the stub", "def my_piece(flat):\n    return None", "expected"),
+    ("the stub", "def my_piece(flat):\n    return None", "gave"),
     ("torch.chunk: no padding, pieces of unequal length",
-     "def my_piece(flat):\n    return torch.chunk(flat, world_size)[rank]", "expected"),
+     "def my_piece(flat):\n    return torch.chunk(flat, world_size)[rank]", "gave"),
     ("wrong padding: n // world_size + 1 per rank", RIGHT["my_piece"].replace(
-        "math.ceil(flat.numel() / world_size)", "flat.numel() // world_size + 1"), "expected"),
+        "math.ceil(flat.numel() / world_size)", "flat.numel() // world_size + 1"), "gave"),
 ]
 
 RIGHT["global_norm"] = '''
@@ -1089,12 +1089,12 @@ def zero_sgd_step(params, grad, lr):
     params.copy_(full[:params.numel()])
 '''
 WRONG["zero_sgd_step"] = [
-    ("the stub", "def zero_sgd_step(params, grad, lr):\n    pass", "expected"),
+    ("the stub", "def zero_sgd_step(params, grad, lr):\n    pass", "gave"),
     ("an all-reduce of the whole gradient", '''
 def zero_sgd_step(params, grad, lr):
     g = grad.clone()
     dist.all_reduce(g)
     params -= lr * g / world_size''', "reduce-scatter the gradient instead"),
     ("summed, not averaged", RIGHT["zero_sgd_step"].replace("    mine /= world_size\n", ""),
-     "expected"),
+     "gave"),
 ]

@@ -21,32 +21,32 @@ def my_piece(flat):
 ]
 _HARD_4 = RIGHT["my_piece"].replace("world_size", "4")
 MORE_WRONG["my_piece"] = [
-    ("a hard-coded 4 ranks (right at 4 only)", _HARD_4, "expected", 3),
+    ("a hard-coded 4 ranks (right at 4 only)", _HARD_4, "gave", 3),
     ("a hard-coded 2 ranks, tried at 2", RIGHT["my_piece"].replace("world_size", "2"),
      "at world size 1, rank 0", 2),
     ("torch.tensor_split: unequal pieces, no padding",
-     "def my_piece(flat):\n    return torch.tensor_split(flat, world_size)[rank]", "expected", 2),
+     "def my_piece(flat):\n    return torch.tensor_split(flat, world_size)[rank]", "gave", 2),
     ("padding at the front", '''
 import math
 
 def my_piece(flat):
     size = math.ceil(flat.numel() / world_size)
     padded = torch.cat([flat.new_zeros(size * world_size - flat.numel()), flat])
-    return padded[rank * size:(rank + 1) * size]''', "expected"),
+    return padded[rank * size:(rank + 1) * size]''', "gave"),
     ("padded with the last value instead of zeros", '''
 import math
 
 def my_piece(flat):
     size = math.ceil(flat.numel() / world_size)
     padded = torch.cat([flat, flat[-1:].expand(size * world_size - flat.numel())])
-    return padded[rank * size:(rank + 1) * size]''', "expected"),
+    return padded[rank * size:(rank + 1) * size]''', "gave"),
     ("strided: every world_size-th element", '''
 import math
 import torch.nn.functional as F
 
 def my_piece(flat):
     size = math.ceil(flat.numel() / world_size)
-    return F.pad(flat, (0, size * world_size - flat.numel()))[rank::world_size]''', "expected"),
+    return F.pad(flat, (0, size * world_size - flat.numel()))[rank::world_size]''', "gave"),
     ("a list of floats", RIGHT["my_piece"].replace(".clone()", ".tolist()"), "a list"),
     ("padded in place into the input (resize_)", '''
 import math
@@ -111,7 +111,7 @@ def global_norm(shard):
     shard.pow_(2)
     total = shard.double().sum().reshape(1)
     dist.all_reduce(total)
-    return total.sqrt().item()''', "expected"),
+    return total.sqrt().item()''', "changed shard"),
     ("a norm times the hard-coded sqrt(4)",
      "def global_norm(shard):\n    return shard.norm().item() * 2.0", "expected", 4),
 ]
@@ -143,10 +143,10 @@ def zero_sgd_step(params, grad, lr):
     dist.all_gather_into_tensor(full, shard)
     params[:size * world_size] = full'''
 MORE_WRONG["zero_sgd_step"] = [
-    ("no padding: the tail of the vector never updated", _NO_PAD, "expected"),
-    ("no padding, tried at 2 ranks", _NO_PAD, "expected", 2),
+    ("no padding: the tail of the vector never updated", _NO_PAD, "gave"),
+    ("no padding, tried at 2 ranks", _NO_PAD, "gave", 2),
     ("divided by a hard-coded 4", RIGHT["zero_sgd_step"].replace("mine /= world_size",
-                                                                "mine /= 4"), "expected", 3),
+                                                                "mine /= 4"), "gave", 3),
     ("the shard updated, never gathered", '''
 import math
 
@@ -158,7 +158,7 @@ def zero_sgd_step(params, grad, lr):
     dist.reduce_scatter_tensor(mine, padded)
     stop = min((rank + 1) * size, params.numel())
     params[rank * size:stop] -= lr * mine[:max(0, stop - rank * size)] / world_size''',
-     "expected"),
+     "gave"),
     ("a new tensor returned, params left alone", RIGHT["zero_sgd_step"].replace(
         "    params.copy_(full[:params.numel()])", "    return full[:params.numel()]"),
      "update params in place"),
@@ -198,5 +198,5 @@ def zero_sgd_step(params, grad, lr):
         "    dist.reduce_scatter_tensor(mine, padded)\n",
         "    work = dist.reduce_scatter_tensor(mine, padded, async_op=True)\n").replace(
         "    dist.all_gather_into_tensor(full, shard)\n",
-        "    work.wait()\n    dist.all_gather_into_tensor(full, shard)\n"), "expected"),
+        "    work.wait()\n    dist.all_gather_into_tensor(full, shard)\n"), "gave"),
 ]
