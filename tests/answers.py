@@ -1080,12 +1080,12 @@ def zero_sgd_step(params, grad, lr):
     padded = torch.zeros(size * world_size, dtype=grad.dtype, device=grad.device)
     padded[:grad.numel()] = grad
     mine = torch.empty(size, dtype=grad.dtype, device=grad.device)
-    dist.reduce_scatter_tensor(mine, padded)
+    dist.reduce_scatter_single(mine, padded)
     mine /= world_size
     full = torch.zeros(size * world_size, dtype=params.dtype, device=params.device)
     full[:params.numel()] = params
     shard = full[rank * size:(rank + 1) * size] - lr * mine
-    dist.all_gather_into_tensor(full, shard)
+    dist.all_gather_single(full, shard)
     params.copy_(full[:params.numel()])
 '''
 WRONG["zero_sgd_step"] = [

@@ -140,7 +140,7 @@ def zero_sgd_step(params, grad, lr):
     dist.reduce_scatter_tensor(mine, grad[:size * world_size].clone())
     shard = params[rank * size:(rank + 1) * size] - lr * mine / world_size
     full = torch.empty(size * world_size, dtype=params.dtype, device=params.device)
-    dist.all_gather_into_tensor(full, shard)
+    dist.all_gather_single(full, shard)
     params[:size * world_size] = full'''
 MORE_WRONG["zero_sgd_step"] = [
     ("no padding: the tail of the vector never updated", _NO_PAD, "gave"),
@@ -155,7 +155,7 @@ def zero_sgd_step(params, grad, lr):
     padded = torch.zeros(size * world_size, dtype=grad.dtype, device=grad.device)
     padded[:grad.numel()] = grad
     mine = torch.empty(size, dtype=grad.dtype, device=grad.device)
-    dist.reduce_scatter_tensor(mine, padded)
+    dist.reduce_scatter_single(mine, padded)
     stop = min((rank + 1) * size, params.numel())
     params[rank * size:stop] -= lr * mine[:max(0, stop - rank * size)] / world_size''',
      "gave"),
@@ -187,7 +187,7 @@ def zero_sgd_step(params, grad, lr):
     full = torch.zeros(size * world_size, dtype=params.dtype, device=params.device)
     full[:params.numel()] = params
     shard = (full - lr * g / world_size)[rank * size:(rank + 1) * size].clone()
-    dist.all_gather_into_tensor(full, shard)
+    dist.all_gather_single(full, shard)
     params.copy_(full[:params.numel()])''', "reduce-scatter the gradient instead", 2),
     ("every rank updates everything after all_gather of the gradients", '''
 def zero_sgd_step(params, grad, lr):
@@ -195,8 +195,8 @@ def zero_sgd_step(params, grad, lr):
     dist.all_gather(grads, grad)
     params -= lr * torch.stack(grads).mean(dim=0)''', "one reduce-scatter of the gradient"),
     ("a race: the update read before the reduce-scatter finished", RIGHT["zero_sgd_step"].replace(
-        "    dist.reduce_scatter_tensor(mine, padded)\n",
-        "    work = dist.reduce_scatter_tensor(mine, padded, async_op=True)\n").replace(
-        "    dist.all_gather_into_tensor(full, shard)\n",
-        "    work.wait()\n    dist.all_gather_into_tensor(full, shard)\n"), "gave"),
+        "    dist.reduce_scatter_single(mine, padded)\n",
+        "    work = dist.reduce_scatter_single(mine, padded, async_op=True)\n").replace(
+        "    dist.all_gather_single(full, shard)\n",
+        "    work.wait()\n    dist.all_gather_single(full, shard)\n"), "gave"),
 ]

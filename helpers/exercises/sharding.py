@@ -134,8 +134,8 @@ def _step_args_kept(rank: int, size: int, device: Any, group: Any, seed: int) ->
     return _step_args(rank, size, device, group, seed)
 
 
-GATHERS = ("all_gather_into_tensor", "all_gather")
-SCATTERS = ("reduce_scatter_tensor", "reduce_scatter")
+GATHERS = ("all_gather_single", "all_gather_into_tensor", "all_gather")
+SCATTERS = ("reduce_scatter_single", "reduce_scatter_tensor", "reduce_scatter")
 
 
 def _step_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
