@@ -1096,5 +1096,5 @@ def zero_sgd_step(params, grad, lr):
     dist.all_reduce(g)
     params -= lr * g / world_size''', "reduce-scatter the gradient instead"),
     ("summed, not averaged", RIGHT["zero_sgd_step"].replace("    mine /= world_size\n", ""),
-     "gave"),
+     "average them"),
 ]

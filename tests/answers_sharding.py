@@ -20,8 +20,28 @@ def my_piece(flat):
 '''),
 ]
 _HARD_4 = RIGHT["my_piece"].replace("world_size", "4")
+_PLUS_ONE = RIGHT["my_piece"].replace("math.ceil(flat.numel() / world_size)",
+                                      "flat.numel() // world_size + 1")
+_ROUNDED_DOWN = RIGHT["my_piece"].replace("math.ceil(flat.numel() / world_size)",
+                                          "flat.numel() // world_size")
+# a wrong padding fails in every check, whatever its seed: at 2, 3 and 4 ranks here, and with
+# learners' random seeds in test_a_wrong_padding_fails_whatever_the_seed
+PADDINGS: dict[str, list[tuple[str, str]]] = {
+    "my_piece": [("n // world_size + 1 per rank", _PLUS_ONE),
+                 ("n // world_size per rank (rounded down)", _ROUNDED_DOWN),
+                 ("torch.chunk",
+                  "def my_piece(flat):\n    return torch.chunk(flat, world_size)[rank]")],
+}
 MORE_WRONG["my_piece"] = [
     ("a hard-coded 4 ranks (right at 4 only)", _HARD_4, "gave", 3),
+    ("the lesson's padded_shard (the function the exercise asks for)",
+     "def my_piece(flat):\n    return padded_shard(flat, rank, world_size)",
+     "name 'padded_shard' is not defined"),
+    ("the lesson's n (the world size at the full size only)", RIGHT["my_piece"].replace(
+        "math.ceil(flat.numel() / world_size)", "math.ceil(flat.numel() / n)").replace(
+        "size * world_size", "size * n"), "name 'n' is not defined"),
+    *[(f"wrong padding: {what}, tried at {size} ranks", source, "gave", size)
+      for what, source in PADDINGS["my_piece"] for size in (2, 3, 4)],
     ("a hard-coded 2 ranks, tried at 2", RIGHT["my_piece"].replace("world_size", "2"),
      "at world size 1, rank 0", 2),
     ("torch.tensor_split: unequal pieces, no padding",
@@ -142,9 +162,18 @@ def zero_sgd_step(params, grad, lr):
     full = torch.empty(size * world_size, dtype=params.dtype, device=params.device)
     dist.all_gather_single(full, shard)
     params[:size * world_size] = full'''
+_OVER_PADDED = RIGHT["zero_sgd_step"].replace("math.ceil(params.numel() / world_size)",
+                                             "params.numel() // world_size + 1")
+PADDINGS["zero_sgd_step"] = [("no padding: the tail never updated", _NO_PAD),
+                             ("n // world_size + 1 per rank (a shard too many)", _OVER_PADDED)]
 MORE_WRONG["zero_sgd_step"] = [
-    ("no padding: the tail of the vector never updated", _NO_PAD, "gave"),
-    ("no padding, tried at 2 ranks", _NO_PAD, "gave", 2),
+    *[(f"no padding: the tail of the vector never updated, tried at {size} ranks", _NO_PAD,
+       "gave", size) for size in (2, 3, 4)],
+    *[(f"padded to n // world_size + 1 per rank, tried at {size} ranks", _OVER_PADDED,
+       "pad", size) for size in (2, 3, 4)],
+    ("params rebound to a new tensor, the caller's left alone", RIGHT["zero_sgd_step"].replace(
+        "    params.copy_(full[:params.numel()])", "    params = full[:params.numel()]"),
+     "params unchanged"),
     ("divided by a hard-coded 4", RIGHT["zero_sgd_step"].replace("mine /= world_size",
                                                                 "mine /= 4"), "gave", 3),
     ("the shard updated, never gathered", '''
@@ -194,9 +223,10 @@ def zero_sgd_step(params, grad, lr):
     grads = [torch.empty_like(grad) for _ in range(world_size)]
     dist.all_gather(grads, grad)
     params -= lr * torch.stack(grads).mean(dim=0)''', "one reduce-scatter of the gradient"),
-    ("a race: the update read before the reduce-scatter finished", RIGHT["zero_sgd_step"].replace(
-        "    dist.reduce_scatter_single(mine, padded)\n",
-        "    work = dist.reduce_scatter_single(mine, padded, async_op=True)\n").replace(
+    ("the update computed before the reduce-scatter filled mine (zeros)", RIGHT[
+        "zero_sgd_step"].replace("mine = torch.empty(", "mine = torch.zeros(").replace(
+        "    dist.reduce_scatter_single(mine, padded)\n    mine /= world_size\n", "").replace(
         "    dist.all_gather_single(full, shard)\n",
-        "    work.wait()\n    dist.all_gather_single(full, shard)\n"), "gave"),
+        "    dist.reduce_scatter_single(mine, padded)\n    dist.all_gather_single(full, shard)\n"),
+     "params unchanged"),
 ]
