@@ -351,7 +351,7 @@ def plot_timeline(rows: Mapping[int, Sequence[tuple[str, float, float]]],
 def plot_memory(held: Mapping[str, Sequence[Sequence[int]]]) -> Figure:
     """Bytes per rank (notebook 08): for each strategy, one stacked bar per rank of its
     parameters, gradients and optimizer state, as counted from the tensors."""
-    parts, colours = ("parameters", "gradients", "optimizer state"), ("C0", "C1", "C2")
+    parts, colours = ("parameters", "gradients", "moments (Adam)"), ("C0", "C1", "C2")
     fig, axes = plt.subplots(1, len(held), figsize=(7, 2.4), dpi=DPI, sharey=True)
     for ax, (name, ranks) in zip(np.atleast_1d(axes), held.items()):
         bottom = np.zeros(len(ranks))
@@ -362,6 +362,7 @@ def plot_memory(held: Mapping[str, Sequence[Sequence[int]]]) -> Figure:
         ax.set_title(name, fontsize=9)
         ax.set_xticks(range(len(ranks)), [f"r{r}" for r in range(len(ranks))], fontsize=7)
     np.atleast_1d(axes)[0].set_ylabel("KiB held per rank")
-    np.atleast_1d(axes)[0].legend(fontsize=7, loc="upper right")
-    fig.tight_layout()
+    handles, labels = np.atleast_1d(axes)[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="upper center", ncol=3, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.9))  # the legend above the panels, not over a bar
     return fig
