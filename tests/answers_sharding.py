@@ -40,7 +40,7 @@ MORE_WRONG["my_piece"] = [
     ("the lesson's n (the world size at the full size only)", RIGHT["my_piece"].replace(
         "math.ceil(flat.numel() / world_size)", "math.ceil(flat.numel() / n)").replace(
         "size * world_size", "size * n"), "name 'n' is not defined"),
-    *[(f"wrong padding: {what}, tried at {size} ranks", source, "gave", size)
+    *[(f"wrong padding: {what}, tried at {size} ranks", source, "at world size", size)
       for what, source in PADDINGS["my_piece"] for size in (2, 3, 4)],
     ("a hard-coded 2 ranks, tried at 2", RIGHT["my_piece"].replace("world_size", "2"),
      "at world size 1, rank 0", 2),
