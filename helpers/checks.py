@@ -28,6 +28,7 @@ from .exercises.debugging_hangs import RING_EXCHANGE, SKIP_TOGETHER, check_first
 from .exercises.gradient_average import GLOBAL_MEAN, IN_SYNC, WEIGHTED_AVERAGE
 from .exercises.launching import check_env_for, check_node_ranks, check_rendezvous_problems
 from .exercises.point_to_point import RING_SUM, SHIFT_RIGHT, SWAP_WITH_PARTNER
+from .exercises.sharding import GLOBAL_NORM, MY_PIECE, ZERO_SGD_STEP
 
 __all__ = [
     "ACCUMULATE",
@@ -35,10 +36,12 @@ __all__ = [
     "DISTRIBUTED_ACCURACY",
     "Exercise",
     "GLOBAL_MEAN",
+    "GLOBAL_NORM",
     "IN_SYNC",
     "LOAD_AND_SHARE",
     "LOAD_WRONG_WAY",
     "MEAN_OF_ALL",
+    "MY_PIECE",
     "MY_SHARD",
     "NEWEST_LOADABLE",
     "RING_ALL_GATHER",
@@ -49,6 +52,7 @@ __all__ = [
     "SWAP_WITH_PARTNER",
     "TREE_BROADCAST",
     "WEIGHTED_AVERAGE",
+    "ZERO_SGD_STEP",
     "check",
     "check_env_for",
     "check_first_mismatch",

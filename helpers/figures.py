@@ -14,6 +14,7 @@ from typing import Any
 
 import ipyparallel as ipp
 import matplotlib.pyplot as plt
+import numpy as np
 import torch
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
@@ -302,31 +303,40 @@ def plot_timings(times: Mapping[str, tuple[float, float, str]], timeout: float) 
 
 
 
+COMMS = ("all_reduce", "all_gather", "reduce_scatter")
+COMM_COLOURS = {"all_reduce": "C4", "all_gather": "C9", "reduce_scatter": "C6"}
+
+
 def plot_timeline(rows: Mapping[int, Sequence[tuple[str, float, float]]],
                   title: str = "") -> Figure:
     """One training step per rank (notebook 04): compute on one lane, communication below it.
 
     rows maps a rank to (label, start, end) in seconds from the start of its step; labels
-    starting with "all_reduce" go on the communication lane, "wait" is drawn hatched.
+    starting with "all_reduce", "all_gather" or "reduce_scatter" (notebook 08) go on the
+    communication lane, coloured by kind; "wait" is drawn hatched.
     """
     colours = {"forward": "C0", "backward": "C1", "step": "C2", "wait": "0.85", "sleep": "C3"}
     ranks = sorted(rows)
     fig, ax = plt.subplots(figsize=(7, 0.75 * len(ranks) + 0.9), dpi=DPI)
     end = max((e for r in ranks for _, _, e in rows[r]), default=1.0) * 1e3
     for i, r in enumerate(ranks):
-        work = [p for p in rows[r] if not p[0].startswith("all_reduce")]
-        comms = sorted((p for p in rows[r] if p[0].startswith("all_reduce")), key=lambda p: p[1])
+        work = [p for p in rows[r] if not p[0].startswith(COMMS)]
+        comms = sorted((p for p in rows[r] if p[0].startswith(COMMS)), key=lambda p: p[1])
         for label, start, stop in work:
             ax.barh(i - 0.18, (stop - start) * 1e3, left=start * 1e3, height=0.32,
                     color=colours.get(label, "0.5"), edgecolor="black", linewidth=0.4,
                     hatch="//" if label == "wait" else None)
         height = 0.34 / max(len(comms), 1)  # each all-reduce on a line of its own in the lane
-        for k, (_, start, stop) in enumerate(comms):
+        for k, (label, start, stop) in enumerate(comms):
             ax.barh(i + 0.02 + (k + 0.5) * height, (stop - start) * 1e3, left=start * 1e3,
-                    height=height * 0.8, color="C4", alpha=0.7, linewidth=0)
+                    height=height * 0.8, alpha=0.7, linewidth=0,
+                    color=COMM_COLOURS[next(c for c in COMMS if label.startswith(c))])
     handles = [Rectangle((0, 0), 1, 1, color=c, label=n) for n, c in colours.items()
                if any(label == n for r in ranks for label, _, _ in rows[r])]
-    handles.append(Rectangle((0, 0), 1, 1, color="C4", alpha=0.7, label="all_reduce (lower lane)"))
+    for kind in COMMS:
+        if any(label.startswith(kind) for r in ranks for label, _, _ in rows[r]):
+            handles.append(Rectangle((0, 0), 1, 1, color=COMM_COLOURS[kind], alpha=0.7,
+                                     label=f"{kind} (lower lane)"))
     ax.legend(handles=handles, fontsize=7, loc="upper right", ncol=3)
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
     ax.set_ylim(len(ranks) - 0.4, -0.9)
@@ -335,4 +345,24 @@ def plot_timeline(rows: Mapping[int, Sequence[tuple[str, float, float]]],
     if title:
         ax.set_title(title, fontsize=10, loc="left")
     fig.tight_layout()
+    return fig
+
+
+def plot_memory(held: Mapping[str, Sequence[Sequence[int]]]) -> Figure:
+    """Bytes per rank (notebook 08): for each strategy, one stacked bar per rank of its
+    parameters, gradients and optimizer state, as counted from the tensors."""
+    parts, colours = ("parameters", "gradients", "moments (Adam)"), ("C0", "C1", "C2")
+    fig, axes = plt.subplots(1, len(held), figsize=(7, 2.4), dpi=DPI, sharey=True)
+    for ax, (name, ranks) in zip(np.atleast_1d(axes), held.items()):
+        bottom = np.zeros(len(ranks))
+        for k, (part, colour) in enumerate(zip(parts, colours)):
+            kib = np.array([r[k] for r in ranks]) / 1024
+            ax.bar(range(len(ranks)), kib, bottom=bottom, color=colour, label=part)
+            bottom += kib
+        ax.set_title(name, fontsize=9)
+        ax.set_xticks(range(len(ranks)), [f"r{r}" for r in range(len(ranks))], fontsize=7)
+    np.atleast_1d(axes)[0].set_ylabel("KiB held per rank")
+    handles, labels = np.atleast_1d(axes)[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="upper center", ncol=3, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.9))  # the legend above the panels, not over a bar
     return fig

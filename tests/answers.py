@@ -1036,3 +1036,65 @@ def rendezvous_problems(envs):
         'settings = [(e["MASTER_ADDR"], e["MASTER_PORT"], e["WORLD_SIZE"])').replace(
         "size = usual[2]", "size = int(usual[2])"), "expected"),
 ])
+
+# ---- notebook 08 ---------------------------------------------------------------------------
+RIGHT["my_piece"] = '''
+import math
+
+def my_piece(flat):
+    size = math.ceil(flat.numel() / world_size)
+    padded = torch.zeros(size * world_size, dtype=flat.dtype, device=flat.device)
+    padded[:flat.numel()] = flat
+    return padded[rank * size:(rank + 1) * size].clone()
+'''
+WRONG["my_piece"] = [
+    ("the stub", "def my_piece(flat):\n    return None", "gave"),
+    ("torch.chunk: no padding, pieces of unequal length",
+     "def my_piece(flat):\n    return torch.chunk(flat, world_size)[rank]", "gave"),
+    ("wrong padding: n // world_size + 1 per rank", RIGHT["my_piece"].replace(
+        "math.ceil(flat.numel() / world_size)", "flat.numel() // world_size + 1"), "gave"),
+]
+
+RIGHT["global_norm"] = '''
+def global_norm(shard):
+    squares = shard.double().pow(2).sum().reshape(1)
+    dist.all_reduce(squares)
+    return squares.sqrt().item()
+'''
+WRONG["global_norm"] = [
+    ("the stub", "def global_norm(shard):\n    return 0.0", "expected"),
+    ("the norm of the local shard only",
+     "def global_norm(shard):\n    return shard.norm().item()", "expected"),
+    ("the sum of the shards' norms", '''
+def global_norm(shard):
+    norm = shard.norm().reshape(1)
+    dist.all_reduce(norm)
+    return norm.item()''', "expected"),
+]
+
+RIGHT["zero_sgd_step"] = '''
+import math
+
+def zero_sgd_step(params, grad, lr):
+    size = math.ceil(params.numel() / world_size)
+    padded = torch.zeros(size * world_size, dtype=grad.dtype, device=grad.device)
+    padded[:grad.numel()] = grad
+    mine = torch.empty(size, dtype=grad.dtype, device=grad.device)
+    dist.reduce_scatter_single(mine, padded)
+    mine /= world_size
+    full = torch.zeros(size * world_size, dtype=params.dtype, device=params.device)
+    full[:params.numel()] = params
+    shard = full[rank * size:(rank + 1) * size] - lr * mine
+    dist.all_gather_single(full, shard)
+    params.copy_(full[:params.numel()])
+'''
+WRONG["zero_sgd_step"] = [
+    ("the stub", "def zero_sgd_step(params, grad, lr):\n    pass", "gave"),
+    ("an all-reduce of the whole gradient", '''
+def zero_sgd_step(params, grad, lr):
+    g = grad.clone()
+    dist.all_reduce(g)
+    params -= lr * g / world_size''', "reduce-scatter the gradient instead"),
+    ("summed, not averaged", RIGHT["zero_sgd_step"].replace("    mine /= world_size\n", ""),
+     "average them"),
+]

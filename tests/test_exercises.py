@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 from answers import IN_NOTEBOOK, RIGHT, WRONG, define
 from answers_more import ALSO_RIGHT, IN_NOTEBOOK_ALSO_RIGHT, IN_NOTEBOOK_MORE_WRONG, MORE_WRONG
+from answers_sharding import PADDINGS
 
 from helpers import checks
 
@@ -130,3 +131,45 @@ def test_checks_leave_the_engines_open_files_and_threads_as_they_found_them(clus
     after = counts()
     grew = {rank: (before[rank], after[rank]) for rank in before if after[rank] > before[rank]}
     assert not grew, f"(open files, threads) before and after 5 checks, by rank: {grew}"
+
+
+def test_each_check_of_my_piece_and_zero_sgd_step_meets_lengths_the_size_divides_and_not():
+    """Notebook 08's wrong paddings (none, n // size + 1, rounded down) are each right at one
+    kind of length only: every check, with a learner's seeds (6b, 6b+1, 6b+2) or the tests'
+    (s, s+2, s+4), must meet both kinds, at its own size and on one rank fewer (seed + 1)."""
+    import random
+
+    from helpers.exercises.sharding import _length
+
+    draw = random.Random(8)
+    for name in ("my_piece", "zero_sgd_step"):
+        cases = EXERCISES[name].cases
+        for _ in range(500):
+            base = draw.randrange(2, 2**30)
+            for seeds in ([base * 2 * cases + c for c in range(cases)],
+                          [base + 2 * c for c in range(cases)]):
+                for size in range(2, 9):
+                    for run, n in ((seeds, size), ([s + 1 for s in seeds], size - 1)):
+                        lengths = [_length(s, n) for s in run]
+                        assert n == 1 or {length % n == 0 for length in lengths} == {True, False}, (
+                            name, run, n, lengths)
+
+
+PADDED = [(name, what, source, size) for name, answers in PADDINGS.items()
+          for what, source in answers for size in (2, 3, 4)]
+
+
+@pytest.mark.parametrize(("name", "what", "source", "size"), PADDED,
+                         ids=[f"{n}: {w} ({size} ranks, learners' seeds)"
+                              for n, w, _, size in PADDED])
+def test_a_wrong_padding_fails_whatever_the_seed(request, name, what, source, size):
+    """With the random seeds a learner's check draws, not only the tests' SEED."""
+    import random
+
+    cluster = request.getfixturevalue(f"cluster{size}")
+    cluster.px(RIGHT[name])
+    cluster.px(source)
+    random.seed(size)
+    for _ in range(3):
+        with pytest.raises(AssertionError, match=f"{name} is not right yet"):
+            checks.check(cluster, EXERCISES[name])
