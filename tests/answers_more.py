@@ -717,3 +717,16 @@ def in_sync(model):
                                    "(low.cpu().numpy() == high.cpu().numpy())[0]"), "expected"),
     ("a tensor", _SYNC.replace("bool(low.item() == high.item())", "low == high"), "tensor", 2),
 ]
+
+
+# ---- notebook 09: a module of its own --------------------------------------------------------
+def _gather() -> None:
+    import answers_model_parallel
+
+    for mine, theirs in ((ALSO_RIGHT, answers_model_parallel.ALSO_RIGHT),
+                         (MORE_WRONG, answers_model_parallel.MORE_WRONG)):
+        assert not set(theirs) & set(mine), set(theirs) & set(mine)
+        mine.update(theirs)
+
+
+_gather()
