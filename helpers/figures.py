@@ -327,7 +327,9 @@ def plot_timeline(rows: Mapping[int, Sequence[tuple[str, float, float]]],
                     height=height * 0.8, color="C4", alpha=0.7, linewidth=0)
     handles = [Rectangle((0, 0), 1, 1, color=c, label=n) for n, c in colours.items()
                if any(label == n for r in ranks for label, _, _ in rows[r])]
-    handles.append(Rectangle((0, 0), 1, 1, color="C4", alpha=0.7, label="all_reduce (lower lane)"))
+    if any(label.startswith("all_reduce") for r in ranks for label, _, _ in rows[r]):
+        handles.append(Rectangle((0, 0), 1, 1, color="C4", alpha=0.7,
+                                 label="all_reduce (lower lane)"))
     ax.legend(handles=handles, fontsize=7, loc="upper right", ncol=3)
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
     ax.set_ylim(len(ranks) - 0.4, -0.9)
