@@ -18,7 +18,7 @@ from torch import nn
 
 
 # ---- tensor parallelism (step 1) ------------------------------------------------------------
-class CopyToTensorParallel(torch.autograd.Function):
+class CopyToTP(torch.autograd.Function):
     """Megatron's f: identity forward; backward sums the input's gradient over the group."""
 
     @staticmethod
@@ -33,7 +33,7 @@ class CopyToTensorParallel(torch.autograd.Function):
         return grad, None
 
 
-class ReduceFromTensorParallel(torch.autograd.Function):
+class ReduceFromTP(torch.autograd.Function):
     """Megatron's g: forward sums the partial outputs over the group; identity backward."""
 
     @staticmethod
@@ -47,7 +47,7 @@ class ReduceFromTensorParallel(torch.autograd.Function):
         return grad, None
 
 
-class ColumnParallelLinear(nn.Module):
+class ColumnParallel(nn.Module):
     """This rank's rows of full.weight (its share of the output features), and of the bias."""
 
     def __init__(self, full: nn.Linear, group: Any = None):
@@ -60,10 +60,10 @@ class ColumnParallelLinear(nn.Module):
         self.bias = nn.Parameter(full.bias.detach()[part].clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(CopyToTensorParallel.apply(x, self.group), self.weight, self.bias)
+        return F.linear(CopyToTP.apply(x, self.group), self.weight, self.bias)
 
 
-class RowParallelLinear(nn.Module):
+class RowParallel(nn.Module):
     """This rank's columns of full.weight (its share of the input features); the whole bias,
     added once, after the sum."""
 
@@ -76,13 +76,13 @@ class RowParallelLinear(nn.Module):
         self.bias = nn.Parameter(full.bias.detach().clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ReduceFromTensorParallel.apply(F.linear(x, self.weight), self.group) + self.bias
+        return ReduceFromTP.apply(F.linear(x, self.weight), self.group) + self.bias
 
 
 def tensor_parallel_mlp(full: nn.Sequential, group: Any = None) -> nn.Sequential:
     """Linear, ReLU, Linear split over the group: column-parallel, then row-parallel."""
-    return nn.Sequential(ColumnParallelLinear(full[0], group), nn.ReLU(),
-                         RowParallelLinear(full[2], group))
+    return nn.Sequential(ColumnParallel(full[0], group), nn.ReLU(),
+                         RowParallel(full[2], group))
 
 
 # ---- pipeline parallelism (step 4) ----------------------------------------------------------
@@ -93,7 +93,8 @@ def gpipe_order(n_micro: int) -> list[tuple[str, int]]:
 
 def one_f_one_b_order(stage: int, stages: int, n_micro: int) -> list[tuple[str, int]]:
     """1F1B: stages-stage-1 warm-up forwards, then one forward and one backward in turn,
-    then the remaining backwards."""
+    then the remaining backwards (the notebook's one_f_one_b_order(m), its rank and world size
+    as arguments)."""
     warmup = min(stages - stage - 1, n_micro)
     order = [("F", i) for i in range(warmup)]
     for i in range(n_micro - warmup):
