@@ -27,11 +27,17 @@ from .exercises.ddp import ACCUMULATE, DISTRIBUTED_ACCURACY, MY_SHARD
 from .exercises.debugging_hangs import RING_EXCHANGE, SKIP_TOGETHER, check_first_mismatch
 from .exercises.gradient_average import GLOBAL_MEAN, IN_SYNC, WEIGHTED_AVERAGE
 from .exercises.launching import check_env_for, check_node_ranks, check_rendezvous_problems
+from .exercises.model_parallel import (
+    COLUMN_PARALLEL_BACKWARD,
+    PIPELINE_FORWARD,
+    ROW_PARALLEL_FORWARD,
+)
 from .exercises.point_to_point import RING_SUM, SHIFT_RIGHT, SWAP_WITH_PARTNER
 from .exercises.sharding import GLOBAL_NORM, MY_PIECE, ZERO_SGD_STEP
 
 __all__ = [
     "ACCUMULATE",
+    "COLUMN_PARALLEL_BACKWARD",
     "COUNT_RANKS",
     "DISTRIBUTED_ACCURACY",
     "Exercise",
@@ -44,9 +50,11 @@ __all__ = [
     "MY_PIECE",
     "MY_SHARD",
     "NEWEST_LOADABLE",
+    "PIPELINE_FORWARD",
     "RING_ALL_GATHER",
     "RING_EXCHANGE",
     "RING_SUM",
+    "ROW_PARALLEL_FORWARD",
     "SHIFT_RIGHT",
     "SKIP_TOGETHER",
     "SWAP_WITH_PARTNER",

@@ -3,6 +3,7 @@
 Per-rank pictures (notebooks 01 and 02): one row per rank, one coloured cell per value,
 before and after an operation. Bandwidth curves (02). Shards, loss curves, step times and a
 bucket sweep for the training notebooks (03, 04). The call record and fault timings (06).
+Each rank's slice of a split layer, and a 2-D mesh's groups (09).
 Each function takes plain values (tensors, numbers) and returns the matplotlib Figure, drawn
 at one resolution (``DPI``) with one font size scale, so every figure looks alike.
 """
@@ -365,4 +366,39 @@ def plot_memory(held: Mapping[str, Sequence[Sequence[int]]]) -> Figure:
     handles, labels = np.atleast_1d(axes)[0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=7, loc="upper center", ncol=3, frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 0.9))  # the legend above the panels, not over a bar
+
+
+def plot_weight_slices(d: int, h: int, world_size: int) -> Figure:
+    """Notebook 09: W1 (h x d) cut by rows and W2 (d x h) by columns, one colour per rank."""
+    fig, axes = plt.subplots(1, 2, figsize=(7, 2.6), dpi=DPI, width_ratios=[d, h])
+    rows = torch.arange(h) * world_size // h  # the rank holding each hidden unit
+    for ax, grid, title in ((axes[0], rows[:, None].expand(h, d), f"W1 ({h} x {d}): rows"),
+                            (axes[1], rows[None, :].expand(d, h), f"W2 ({d} x {h}): columns")):
+        ax.imshow(grid, cmap="tab10", vmin=0, vmax=9, interpolation="nearest", aspect="auto")
+        ax.set_title(f"{title} by rank", fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    handles = [Rectangle((0, 0), 1, 1, color=plt.get_cmap("tab10")(r), label=f"rank {r}")
+               for r in range(world_size)]
+    fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=world_size)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig
+
+
+def plot_mesh(groups: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Figure:
+    """Notebook 09: a 2 x 2 mesh; each rank's tensor-parallel and data-parallel partners."""
+    fig, ax = plt.subplots(figsize=(3.6, 3.0), dpi=DPI)
+    place = {r: (r % 2, 1 - r // 2) for r in range(len(groups))}
+    for r, (tp, dp) in enumerate(groups):
+        for partners, colour, label in ((tp, "C0", "tensor parallel"), (dp, "C1", "data parallel")):
+            (x0, y0), (x1, y1) = place[partners[0]], place[partners[-1]]
+            ax.plot([x0, x1], [y0, y1], color=colour, linewidth=3, label=label if r == 0 else None)
+    for r, (x, y) in place.items():
+        ax.text(x, y, f"rank {r}", ha="center", va="center", fontsize=9,
+                bbox={"boxstyle": "round", "facecolor": "white"})
+    ax.set_xlim(-0.5, 1.5)
+    ax.set_ylim(-0.5, 1.5)
+    ax.axis("off")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=2)
+    fig.tight_layout()
     return fig

@@ -1098,3 +1098,116 @@ def zero_sgd_step(params, grad, lr):
     ("summed, not averaged", RIGHT["zero_sgd_step"].replace("    mine /= world_size\n", ""),
      "average them"),
 ]
+
+# ---- notebook 09 ---------------------------------------------------------------------------
+RIGHT["row_parallel_forward"] = '''
+def row_parallel_forward(h_part, w_part, bias):
+    partial = h_part @ w_part.T
+    dist.all_reduce(partial)
+    return partial + bias
+'''
+_ROW = RIGHT["row_parallel_forward"]
+WRONG["row_parallel_forward"] = [
+    ("the stub: this rank's partial output", '''
+def row_parallel_forward(h_part, w_part, bias):
+    return h_part @ w_part.T + bias''', "row_parallel_forward gave"),
+    ("the bias added on every rank before the sum", '''
+def row_parallel_forward(h_part, w_part, bias):
+    out = h_part @ w_part.T + bias
+    dist.all_reduce(out)
+    return out''', "row_parallel_forward gave"),
+    ("the bias divided by a hard-coded 4 before the sum: right at 4 ranks only", '''
+def row_parallel_forward(h_part, w_part, bias):
+    out = h_part @ w_part.T + bias / 4
+    dist.all_reduce(out)
+    return out''', "at world size 3", 4),
+    ("all_gather of the slices, then the whole product", '''
+def row_parallel_forward(h_part, w_part, bias):
+    hs = [torch.empty_like(h_part) for _ in range(world_size)]
+    ws = [torch.empty_like(w_part) for _ in range(world_size)]
+    dist.all_gather(hs, h_part)
+    dist.all_gather(ws, w_part)
+    return torch.cat(hs, dim=1) @ torch.cat(ws, dim=1).T + bias''', "exactly one, please"),
+    ("ReduceOp.AVG: the mean of the partial outputs", _ROW.replace(
+        "dist.all_reduce(partial)", "dist.all_reduce(partial, op=dist.ReduceOp.AVG)"),
+     "row_parallel_forward gave"),
+]
+
+RIGHT["column_parallel_backward"] = '''
+def column_parallel_backward(x, w_part, grad_out_part):
+    grad_x = grad_out_part @ w_part
+    dist.all_reduce(grad_x)
+    return [grad_x, grad_out_part.T @ x]
+'''
+_COL = RIGHT["column_parallel_backward"]
+WRONG["column_parallel_backward"] = [
+    ("no all-reduce in backward: this rank's part of the input's gradient", '''
+def column_parallel_backward(x, w_part, grad_out_part):
+    return [grad_out_part @ w_part, grad_out_part.T @ x]''', "column_parallel_backward gave"),
+    ("the weight's gradient summed over the ranks too", '''
+def column_parallel_backward(x, w_part, grad_out_part):
+    grad_x, grad_w = grad_out_part @ w_part, grad_out_part.T @ x
+    dist.all_reduce(grad_x)
+    dist.all_reduce(grad_w)
+    return [grad_x, grad_w]''', "column_parallel_backward gave"),
+    ("ReduceOp.AVG: the mean, not the sum", _COL.replace(
+        "dist.all_reduce(grad_x)", "dist.all_reduce(grad_x, op=dist.ReduceOp.AVG)"),
+     "column_parallel_backward gave"),
+    ("AVG times a hard-coded 4: right at 4 ranks only", _COL.replace(
+        "dist.all_reduce(grad_x)",
+        "dist.all_reduce(grad_x, op=dist.ReduceOp.AVG)\n    grad_x *= 4"),
+     "at world size 3", 4),
+]
+
+RIGHT["pipeline_forward"] = '''
+def pipeline_forward(stage, micro_batches):
+    outputs = []
+    with torch.no_grad():
+        for mb in micro_batches:
+            a = torch.empty_like(mb)
+            if rank == 0:
+                a = mb
+            else:
+                dist.recv(a, src=rank - 1)
+            out = stage(a)
+            if rank < world_size - 1:
+                dist.send(out, dst=rank + 1)
+            else:
+                outputs.append(out)
+    return outputs
+'''
+_PIPE = RIGHT["pipeline_forward"]
+WRONG["pipeline_forward"] = [
+    ("the stub: the last stage alone", '''
+def pipeline_forward(stage, micro_batches):
+    return [stage(mb) for mb in micro_batches] if rank == world_size - 1 else []''',
+     "pipeline_forward gave"),
+    ("every stage receives first, rank 0 from the last: a deadlock", '''
+def pipeline_forward(stage, micro_batches):
+    outputs = []
+    with torch.no_grad():
+        for mb in micro_batches:
+            a = torch.empty_like(mb)
+            dist.recv(a, src=(rank - 1) % world_size)
+            out = stage(mb if rank == 0 else a)
+            if rank < world_size - 1:
+                dist.send(out, dst=rank + 1)
+            else:
+                outputs.append(out)
+    return outputs''', "a deadlock"),
+    ("the last stage hard-coded as rank 3: right at 4 ranks only",
+     _PIPE.replace("if rank < world_size - 1:", "if rank < 3:"), "at world size 3", 4),
+    ("broadcasts from each stage in turn", '''
+def pipeline_forward(stage, micro_batches):
+    outputs = []
+    with torch.no_grad():
+        for mb in micro_batches:
+            a = mb.clone()
+            for r in range(world_size):
+                if rank == r:
+                    a = stage(a)
+                dist.broadcast(a, src=r)
+            if rank == world_size - 1:
+                outputs.append(a)
+    return outputs''', "point-to-point calls only"),
+]

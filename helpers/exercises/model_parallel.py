@@ -1,0 +1,160 @@
+"""The exercises of notebook 09 (model parallelism): their inputs, right answers and rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from .core import Calls, Exercise
+from .means import one_all_reduce, point_to_point_only
+from .point_to_point import messages
+
+# step 1's classes, defined in the notebook: they call the world's all_reduce, not the checker's
+# group's, so an answer that reuses them is told so by a NameError instead of a hang
+LESSON_NAMES = ("CopyToTP", "ReduceFromTP", "ColumnParallel", "RowParallel")
+
+_given: list[torch.Tensor] = []  # copies of the inputs of the call being judged, on this rank
+
+
+def _keep(args: tuple) -> tuple:
+    """Remember copies of the tensor inputs, so that the rule can tell if they changed."""
+    _given[:] = [a.detach().clone() for a in args if isinstance(a, torch.Tensor)]
+    return args
+
+
+def _inputs_changed(args: tuple, returned: Any) -> bool:
+    now = [a.detach() for a in args if isinstance(a, torch.Tensor)]
+    return not all(torch.equal(a, b) for a, b in zip(now, _given))
+
+
+def _untouched_and_one_all_reduce(calls: Calls, rank: int, size: int,
+                                  changed: Any) -> str | None:
+    if changed:
+        return "changed its inputs: leave them as they were (work on new tensors)"
+    return one_all_reduce(calls, rank, size, changed)
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ---- exercise 1: the row-parallel forward ---------------------------------------------------
+def _row_full(size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """The whole hidden activation, weight and bias; k hidden units per rank (varies)."""
+    g = _generator(seed)
+    batch, k, d_out = 2 + seed % 4, 1 + seed % 3, 3 + seed % 5
+    return (torch.randn(batch, k * size, generator=g), torch.randn(d_out, k * size, generator=g),
+            torch.randn(d_out, generator=g), k)
+
+
+def _row_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
+    h, w, bias, k = _row_full(size, seed)
+    part = slice(rank * k, (rank + 1) * k)
+    return _keep((h[:, part].contiguous().to(device), w[:, part].contiguous().to(device),
+                  bias.to(device)))
+
+
+def _row_expected(rank: int, size: int, seed: int) -> torch.Tensor:
+    h, w, bias, _ = _row_full(size, seed)
+    return h @ w.T + bias
+
+
+ROW_PARALLEL_FORWARD = Exercise(
+    "row_parallel_forward", _row_args, _row_expected, _untouched_and_one_all_reduce,
+    "one all_reduce, inputs left as they were", observe=_inputs_changed, cases=2,
+    extra={"lesson_names": LESSON_NAMES})
+
+
+# ---- exercise 2: the column-parallel backward -----------------------------------------------
+def _column_full(size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """The input, the whole weight, the gradient of the whole output; k rows per rank."""
+    g = _generator(seed)
+    batch, k, d_in = 2 + seed % 4, 1 + seed % 3, 3 + seed % 5
+    return (torch.randn(batch, d_in, generator=g), torch.randn(k * size, d_in, generator=g),
+            torch.randn(batch, k * size, generator=g), k)
+
+
+def _column_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
+    x, w, grad_out, k = _column_full(size, seed)
+    part = slice(rank * k, (rank + 1) * k)
+    return _keep((x.to(device), w[part].contiguous().to(device),
+                  grad_out[:, part].contiguous().to(device)))
+
+
+def _column_expected(rank: int, size: int, seed: int) -> list[torch.Tensor]:
+    """[grad_x, grad_w_part] (a tuple the learner returns reaches the checker as a list)."""
+    x, w, grad_out, k = _column_full(size, seed)
+    part = slice(rank * k, (rank + 1) * k)
+    return [grad_out @ w, grad_out[:, part].T @ x]
+
+
+COLUMN_PARALLEL_BACKWARD = Exercise(
+    "column_parallel_backward", _column_args, _column_expected, _untouched_and_one_all_reduce,
+    "one all_reduce (for the input's gradient), inputs left as they were",
+    observe=_inputs_changed, cases=2, extra={"lesson_names": LESSON_NAMES})
+
+
+# ---- exercise 3: a pipeline's forward pass --------------------------------------------------
+def _stage(seed: int, index: int, d: int) -> nn.Module:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed * 31 + index)
+        return nn.Sequential(nn.Linear(d, d), nn.Tanh())
+
+
+def _pipeline_setup(seed: int) -> tuple[int, int, int]:
+    return 2 + seed % 3, 1 + seed % 4, 3 + seed % 4  # micro-batches, rows each, width
+
+
+def _micro_batches(seed: int) -> list[torch.Tensor]:
+    m, rows, d = _pipeline_setup(seed)
+    g = _generator(seed)
+    return [torch.randn(rows, d, generator=g) for _ in range(m)]
+
+
+def _pipeline_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
+    d = _pipeline_setup(seed)[2]
+    batches = [mb.to(device) if rank == 0 else torch.zeros_like(mb, device=device)
+               for mb in _micro_batches(seed)]
+    return _stage(seed, rank, d).to(device), batches
+
+
+def _pipeline_expected(rank: int, size: int, seed: int) -> list[torch.Tensor]:
+    if rank != size - 1:
+        return []
+    d = _pipeline_setup(seed)[2]
+    model = nn.Sequential(*[_stage(seed, r, d) for r in range(size)])
+    with torch.no_grad():
+        return [model(mb) for mb in _micro_batches(seed)]
+
+
+def _pipeline_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
+    """Point-to-point only; from the rank before, to the rank after, one message a batch."""
+    if problem := point_to_point_only(calls, rank, size, observed):
+        if size > 1 or "no point-to-point" not in problem:
+            return problem
+    sent, received = messages(calls)
+    m = observed
+    if wrong := sorted({str(p) for p in sent if p != rank + 1}):
+        return (f"sent to rank(s) {', '.join(wrong)}: a stage sends only to the next one, "
+                f"rank {rank + 1}")
+    if wrong := sorted({"any source" if p is None else str(p) for p in received
+                        if p != rank - 1}):
+        return (f"received from {', '.join(wrong)}: a stage receives only from the one "
+                f"before, rank {rank - 1}")
+    want_sent, want_received = (m if rank < size - 1 else 0), (m if rank > 0 else 0)
+    if (len(sent), len(received)) != (want_sent, want_received):
+        return (f"sent {len(sent)} and received {len(received)} messages: one per micro-batch "
+                f"({m}) to the next stage and from the one before, please")
+    return None
+
+
+def _micro_batch_count(args: tuple, returned: Any) -> int:
+    return len(args[1])
+
+
+PIPELINE_FORWARD = Exercise(
+    "pipeline_forward", _pipeline_args, _pipeline_expected, _pipeline_means,
+    "point-to-point only, from the stage before to the stage after, one message a micro-batch",
+    observe=_micro_batch_count, cases=2, atol=1e-5)

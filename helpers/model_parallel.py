@@ -1,0 +1,135 @@
+"""Model parallelism as notebook 09 teaches it: tensor-parallel layers, pipeline schedules,
+the bubble formula, and the functions RPC workers call by name.
+
+The notebook writes each of these in the open first; the versions here are for the cells,
+checkers and solutions that reuse them. RPC sends a function by its module and name, so the
+functions a worker runs for another (``make_part``, ``parameter_rrefs``, ``gradients``) must
+live in an importable module, not in a notebook cell.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+
+# ---- tensor parallelism (step 1) ------------------------------------------------------------
+class CopyToTP(torch.autograd.Function):
+    """Megatron's f: identity forward; backward sums the input's gradient over the group."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Any = None) -> torch.Tensor:
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        grad = grad.clone()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+class ReduceFromTP(torch.autograd.Function):
+    """Megatron's g: forward sums the partial outputs over the group; identity backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Any = None) -> torch.Tensor:
+        x = x.clone()
+        dist.all_reduce(x, group=group)
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
+
+
+class ColumnParallel(nn.Module):
+    """This rank's rows of full.weight (its share of the output features), and of the bias."""
+
+    def __init__(self, full: nn.Linear, group: Any = None):
+        super().__init__()
+        rank, size = dist.get_rank(group), dist.get_world_size(group)
+        rows = full.out_features // size
+        part = slice(rank * rows, (rank + 1) * rows)
+        self.group = group
+        self.weight = nn.Parameter(full.weight.detach()[part].clone())
+        self.bias = nn.Parameter(full.bias.detach()[part].clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(CopyToTP.apply(x, self.group), self.weight, self.bias)
+
+
+class RowParallel(nn.Module):
+    """This rank's columns of full.weight (its share of the input features); the whole bias,
+    added once, after the sum."""
+
+    def __init__(self, full: nn.Linear, group: Any = None):
+        super().__init__()
+        rank, size = dist.get_rank(group), dist.get_world_size(group)
+        cols = full.in_features // size
+        self.group = group
+        self.weight = nn.Parameter(full.weight.detach()[:, rank * cols:(rank + 1) * cols].clone())
+        self.bias = nn.Parameter(full.bias.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ReduceFromTP.apply(F.linear(x, self.weight), self.group) + self.bias
+
+
+def tensor_parallel_mlp(full: nn.Sequential, group: Any = None) -> nn.Sequential:
+    """Linear, ReLU, Linear split over the group: column-parallel, then row-parallel."""
+    return nn.Sequential(ColumnParallel(full[0], group), nn.ReLU(),
+                         RowParallel(full[2], group))
+
+
+# ---- pipeline parallelism (step 4) ----------------------------------------------------------
+def gpipe_order(n_micro: int) -> list[tuple[str, int]]:
+    """GPipe: every micro-batch's forward, then every backward (the same on every stage)."""
+    return [("F", i) for i in range(n_micro)] + [("B", i) for i in range(n_micro)]
+
+
+def one_f_one_b_order(stage: int, stages: int, n_micro: int) -> list[tuple[str, int]]:
+    """1F1B: stages-stage-1 warm-up forwards, then one forward and one backward in turn,
+    then the remaining backwards (the notebook's one_f_one_b_order(m), its rank and world size
+    as arguments)."""
+    warmup = min(stages - stage - 1, n_micro)
+    order = [("F", i) for i in range(warmup)]
+    for i in range(n_micro - warmup):
+        order += [("F", warmup + i), ("B", i)]
+    return order + [("B", i) for i in range(n_micro - warmup, n_micro)]
+
+
+def bubble_fraction(stages: int, n_micro: int) -> float:
+    """The share of a step each stage idles in GPipe and 1F1B: (p-1)/(m+p-1)."""
+    return (stages - 1) / (n_micro + stages - 1)
+
+
+# ---- RPC (step 6): what a worker runs when another asks -----------------------------------
+def make_part(seed: int, d_in: int, d_out: int) -> nn.Module:
+    """A Linear then a ReLU, its weights drawn from a generator of its own."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.Sequential(nn.Linear(d_in, d_out), nn.ReLU())
+
+
+def parameter_rrefs(module_rref: Any) -> list[Any]:
+    """On the module's owner: an RRef to each of its parameters (for DistributedOptimizer)."""
+    from torch.distributed.rpc import RRef
+
+    return [RRef(p) for p in module_rref.local_value().parameters()]
+
+
+def gradients(context_id: int, module_rref: Any) -> list[torch.Tensor]:
+    """On the module's owner: its parameters' gradients in one distributed autograd context."""
+    from torch.distributed import autograd as dist_autograd
+
+    grads = dist_autograd.get_gradients(context_id)
+    return [grads[p] for p in module_rref.local_value().parameters()]
+
+
+def parameters(module_rref: Any) -> list[torch.Tensor]:
+    """On the module's owner: copies of its parameters."""
+    return [p.detach().clone() for p in module_rref.local_value().parameters()]

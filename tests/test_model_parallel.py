@@ -1,0 +1,52 @@
+"""helpers/model_parallel.py without a cluster: the schedules, the bubble formula, RPC's parts,
+and the tensor-parallel layers on a group of one (a single-rank gloo group)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from helpers.model_parallel import (
+    bubble_fraction,
+    gpipe_order,
+    make_part,
+    one_f_one_b_order,
+    tensor_parallel_mlp,
+)
+
+
+@pytest.mark.parametrize(("stages", "m"), [(2, 1), (3, 2), (4, 4), (4, 8), (3, 7)])
+def test_1f1b_runs_every_micro_batch_once_each_way_and_holds_at_most_p_minus_r(stages, m):
+    for stage in range(stages):
+        order = one_f_one_b_order(stage, stages, m)
+        assert sorted(order) == sorted(gpipe_order(m))
+        in_flight, most = 0, 0
+        for kind, i in order:
+            assert kind == "F" or ("F", i) in order[:order.index(("B", i))]
+            in_flight += 1 if kind == "F" else -1
+            most = max(most, in_flight)
+        assert most == min(stages - stage, m)
+
+
+def test_the_last_stage_alternates_and_the_bubble_is_the_formula():
+    assert one_f_one_b_order(2, 3, 2) == [("F", 0), ("B", 0), ("F", 1), ("B", 1)]
+    assert bubble_fraction(4, 1) == 0.75 and bubble_fraction(4, 8) == 3 / 11
+
+
+def test_a_part_is_the_same_for_the_same_seed_and_leaves_the_global_generator_alone():
+    before = torch.get_rng_state()
+    a, b = make_part(3, 4, 6), make_part(3, 4, 6)
+    assert torch.equal(torch.get_rng_state(), before)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_the_split_block_on_one_rank_is_the_block():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        full = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 4))
+        x = torch.randn(3, 4)
+        torch.testing.assert_close(tensor_parallel_mlp(full)(x), full(x))
+    finally:
+        dist.destroy_process_group()
