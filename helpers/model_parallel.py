@@ -107,6 +107,42 @@ def bubble_fraction(stages: int, n_micro: int) -> float:
     return (stages - 1) / (n_micro + stages - 1)
 
 
+def schedule_slots(orders: list[list[tuple[str, int]]], forward: int = 1,
+                   backward: int = 2) -> tuple[int, int]:
+    """Play the stages' orders (orders[s] is stage s's) on an ideal machine: a forward takes
+    `forward` slots, a backward `backward`, messages are free, and each operation starts as
+    soon as its stage is free and its input exists (forward i on stage s needs forward i on
+    s-1; backward i needs backward i on s+1, or on the last stage its own forward i).
+    Returns (the step's length, each stage's busy slots); raises if the orders deadlock."""
+    busy = {sum(forward if kind == "F" else backward for kind, _ in order) for order in orders}
+    if len(busy) != 1:
+        raise ValueError(f"the stages do different amounts of work: {sorted(busy)} slots")
+    stages, done = len(orders), {}
+    clock, position = [0] * stages, [0] * stages
+    moved = True
+    while moved:
+        moved = False
+        for s in range(stages):
+            while position[s] < len(orders[s]):
+                kind, i = orders[s][position[s]]
+                if kind == "F":
+                    needs = ("F", i, s - 1) if s > 0 else None
+                else:
+                    needs = ("B", i, s + 1) if s < stages - 1 else ("F", i, s)
+                if needs is not None and needs not in done:
+                    break
+                took = forward if kind == "F" else backward
+                clock[s] = max(clock[s], done.get(needs, 0)) + took
+                done[kind, i, s] = clock[s]
+                position[s] += 1
+                moved = True
+    stuck = {s: orders[s][position[s]] for s in range(stages) if position[s] < len(orders[s])}
+    if stuck:
+        raise RuntimeError("the orders deadlock: each stuck stage and the operation it waits "
+                           f"in: {stuck}")
+    return max(clock), busy.pop()
+
+
 # ---- RPC (step 6): what a worker runs when another asks -----------------------------------
 def make_part(seed: int, d_in: int, d_out: int) -> nn.Module:
     """A Linear then a ReLU, its weights drawn from a generator of its own."""

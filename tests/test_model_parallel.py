@@ -13,6 +13,7 @@ from helpers.model_parallel import (
     gpipe_order,
     make_part,
     one_f_one_b_order,
+    schedule_slots,
     tensor_parallel_mlp,
 )
 
@@ -33,6 +34,32 @@ def test_1f1b_runs_every_micro_batch_once_each_way_and_holds_at_most_p_minus_r(s
 def test_the_last_stage_alternates_and_the_bubble_is_the_formula():
     assert one_f_one_b_order(2, 3, 2) == [("F", 0), ("B", 0), ("F", 1), ("B", 1)]
     assert bubble_fraction(4, 1) == 0.75 and bubble_fraction(4, 8) == 3 / 11
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4, 5])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 8])
+def test_on_the_ideal_machine_both_schedules_idle_exactly_the_formulas_share(stages, m):
+    from fractions import Fraction
+
+    for orders in ([gpipe_order(m)] * stages,
+                   [one_f_one_b_order(s, stages, m) for s in range(stages)]):
+        for forward, backward in ((1, 2), (1, 1), (2, 3)):
+            slots, busy = schedule_slots(orders, forward, backward)
+            assert busy == m * (forward + backward)
+            assert Fraction(slots - busy, slots) == Fraction(stages - 1, m + stages - 1)
+
+
+def test_orders_that_cannot_finish_are_named_and_uneven_work_is_refused():
+    both_backward_first = [[("B", 0), ("F", 0)], [("B", 0), ("F", 0)]]
+    with pytest.raises(RuntimeError, match=r"deadlock.*0: \('B', 0\), 1: \('B', 0\)"):
+        schedule_slots(both_backward_first)
+    with pytest.raises(ValueError, match="different amounts of work"):
+        schedule_slots([gpipe_order(2), gpipe_order(3)])
+    # no warm-up on stage 0 (it alternates as the last stage does): it finishes, but idles more
+    from fractions import Fraction
+
+    slots, busy = schedule_slots([one_f_one_b_order(1, 2, 4)] * 2)
+    assert Fraction(slots - busy, slots) > Fraction(1, 5)
 
 
 def test_a_part_is_the_same_for_the_same_seed_and_leaves_the_global_generator_alone():
