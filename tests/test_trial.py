@@ -5,7 +5,6 @@ generators or the environment are named, whatever the exercise."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 
@@ -24,11 +23,9 @@ def count_ranks():
 def test_an_explicit_world_group_is_the_checks_group_and_the_cluster_stays_healthy(cluster3,
                                                                                   capsys):
     cluster3.px(EXPLICIT_WORLD)
-    started = time.monotonic()
     checks.check(cluster3, COUNT_RANKS, seed=5)
+    # a smaller run that waited for the rank left out of it would end in a timeout, not pass
     assert "right on all 3 ranks, and again on 2 ranks alone" in capsys.readouterr().out
-    # no wait for a timeout: the smaller run did not wait for the rank left out of it
-    assert time.monotonic() - started < cluster3.timeout
     cluster3.px("t = torch.ones(1); dist.all_reduce(t); assert t.item() == world_size")
 
 
