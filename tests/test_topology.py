@@ -205,3 +205,18 @@ def test_mpiexec_switches_depend_on_which_mpi():
 def test_a_network_namespace_of_ones_own_needs_a_user_namespace_unless_root():
     assert own_network(0) == ["--net"]
     assert own_network(1000) == ["--user", "--map-root-user", "--net"]
+
+
+@pytest.mark.parametrize(("files", "found"), [
+    ((), []),
+    (("/dev/nvidiactl", "/dev/nvidia0"), ["/dev/nvidiactl", "/dev/nvidia0"]),
+    (("/dev/dxg",), ["/dev/dxg"]),          # a GPU under WSL
+    (("/dev/kfd",), ["/dev/kfd"]),          # an AMD GPU (ROCm builds of torch use torch.cuda)
+    (("/dev/null", "/dev/nvme0"), []),
+])
+def test_gpus_are_looked_for_in_torch_only_where_a_gpu_device_file_exists(files, found):
+    from helpers.cluster.launchers import gpu_device_files, visible_gpus
+
+    assert gpu_device_files(files.__contains__) == found
+    if not found:  # no device file: no GPU, whatever torch would have said
+        assert visible_gpus(files.__contains__) == 0

@@ -10,9 +10,11 @@ launcher for the rest; ``launcher_class`` is the one place that turns a launcher
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +45,26 @@ class RankInfo:
     remote: bool = False  # on another host than the kernel (Slurm): reached through Slurm
 
 
-def visible_gpus() -> int:
-    """Number of CUDA GPUs this process can see (0 on a CPU-only build or machine)."""
+# the device files a GPU torch.cuda can use needs: NVIDIA's driver, WSL's GPU, AMD's ROCm
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg", "/dev/kfd")
+
+
+def gpu_device_files(exists: Callable[[str], bool] = os.path.exists) -> list[str]:
+    """Which of GPU_DEVICE_FILES this machine has (none: torch.cuda can see no GPU)."""
+    return [path for path in GPU_DEVICE_FILES if exists(path)]
+
+
+def visible_gpus(exists: Callable[[str], bool] = os.path.exists) -> int:
+    """Number of CUDA GPUs this process can see (0 on a CPU-only build or machine).
+
+    Without a GPU device file the answer is 0 and torch is not imported here: it is imported
+    in a background thread instead, while the controller and the engines start (a second of
+    CPU that would otherwise come first), so that the notebook's own cells find it loaded.
+    """
+    if not gpu_device_files(exists):
+        threading.Thread(target=importlib.import_module, args=("torch",), daemon=True,
+                         name="import torch").start()
+        return 0
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
