@@ -1064,12 +1064,12 @@ def global_norm(shard):
 WRONG["global_norm"] = [
     ("the stub", "def global_norm(shard):\n    return 0.0", "expected"),
     ("the norm of the local shard only",
-     "def global_norm(shard):\n    return shard.norm().item()", "expected"),
+     "def global_norm(shard):\n    return shard.norm().item()", "this rank's shard's norm only"),
     ("the sum of the shards' norms", '''
 def global_norm(shard):
     norm = shard.norm().reshape(1)
     dist.all_reduce(norm)
-    return norm.item()''', "expected"),
+    return norm.item()''', "norms do not add"),
 ]
 
 RIGHT["zero_sgd_step"] = '''

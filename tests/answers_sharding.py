@@ -102,9 +102,9 @@ def global_norm(shard):
 ]
 MORE_WRONG["global_norm"] = [
     ("the local norm, tried at 2 ranks",
-     "def global_norm(shard):\n    return float(shard.norm())", "expected", 2),
+     "def global_norm(shard):\n    return float(shard.norm())", "this rank's shard's norm only", 2),
     ("no square root", RIGHT["global_norm"].replace("squares.sqrt().item()", "squares.item()"),
-     "expected"),
+     "take its square root"),
     ("the mean of the squares (AVG)", RIGHT["global_norm"].replace(
         "dist.all_reduce(squares)", "dist.all_reduce(squares, op=dist.ReduceOp.AVG)"),
      "expected", 2),

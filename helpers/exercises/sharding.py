@@ -81,9 +81,34 @@ def _norm_shards(size: int, seed: int) -> list[torch.Tensor]:
     return [padded_shard(whole, r, size) for r in range(size)]
 
 
+_norm_made: list[Any] = []  # every rank's shard and this rank, as they were made
+
+
 def _norm_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
-    _made[:] = [_norm_shards(size, seed)[rank]]
+    shards = _norm_shards(size, seed)
+    _made[:] = [shards[rank]]
+    _norm_made[:] = [shards, rank]
     return (_made[0].clone().to(device),)
+
+
+def _norm_collect(args: tuple, returned: Any) -> Any:
+    """The value, or what is wrong with it where a usual mistake explains it."""
+    shards, rank = _norm_made
+    if not isinstance(returned, float) or len(shards) == 1:
+        return returned
+    norms = [shard.double().norm().item() for shard in shards]
+    whole = sum(n * n for n in norms) ** 0.5
+    if abs(returned - whole) <= 1e-4 * max(1.0, whole):
+        return returned
+    named = {norms[rank]: "this rank's shard's norm only: all-reduce the squares of every "
+                          "shard",
+             sum(norms): "the sum of the shards' norms: norms do not add; add their squares, "
+                         "then take the square root",
+             whole * whole: "the sum of the squares: take its square root"}
+    for value, fault in named.items():
+        if abs(returned - value) <= 1e-4 * max(1.0, abs(value)):
+            return fault
+    return returned
 
 
 def _norm_expected(rank: int, size: int, seed: int) -> float:
@@ -107,7 +132,8 @@ def _norm_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None
 
 GLOBAL_NORM = Exercise(
     "global_norm", _norm_args, _norm_expected, _norm_means,
-    "one all_reduce of one number per rank", observe=_piece_observed, cases=2, atol=1e-4)
+    "one all_reduce of one number per rank", collect=_norm_collect, observe=_piece_observed,
+    cases=2, atol=1e-4)
 
 
 # ---- exercise 3: a ZeRO-2 SGD step on a flat parameter vector ----------------------------
