@@ -11,10 +11,6 @@ from .core import Calls, Exercise
 from .means import one_all_reduce, point_to_point_only
 from .point_to_point import messages
 
-# step 1's classes, defined in the notebook: they call the world's all_reduce, not the checker's
-# group's, so an answer that reuses them is told so by a NameError instead of a hang
-LESSON_NAMES = ("CopyToTP", "ReduceFromTP", "ColumnParallel", "RowParallel")
-
 _given: list[torch.Tensor] = []  # copies of the inputs of the call being judged, on this rank
 
 
@@ -63,8 +59,7 @@ def _row_expected(rank: int, size: int, seed: int) -> torch.Tensor:
 
 ROW_PARALLEL_FORWARD = Exercise(
     "row_parallel_forward", _row_args, _row_expected, _untouched_and_one_all_reduce,
-    "one all_reduce, inputs left as they were", observe=_inputs_changed, cases=2,
-    extra={"lesson_names": LESSON_NAMES})
+    "one all_reduce, inputs left as they were", observe=_inputs_changed, cases=2)
 
 
 # ---- exercise 2: the column-parallel backward -----------------------------------------------
@@ -93,7 +88,7 @@ def _column_expected(rank: int, size: int, seed: int) -> list[torch.Tensor]:
 COLUMN_PARALLEL_BACKWARD = Exercise(
     "column_parallel_backward", _column_args, _column_expected, _untouched_and_one_all_reduce,
     "one all_reduce (for the input's gradient), inputs left as they were",
-    observe=_inputs_changed, cases=2, extra={"lesson_names": LESSON_NAMES})
+    observe=_inputs_changed, cases=2)
 
 
 # ---- exercise 3: a pipeline's forward pass --------------------------------------------------
