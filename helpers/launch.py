@@ -24,6 +24,7 @@ from typing import Any
 
 import psutil
 
+from helpers.cluster.watchdog import wait_ended
 from helpers.text import live
 from helpers.topology import loopback_interface
 
@@ -72,7 +73,7 @@ def end_tree(pid: int) -> None:
             proc.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(procs, timeout=5)
+    wait_ended(procs, timeout=5)
 
 
 def run_many(

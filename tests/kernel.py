@@ -74,4 +74,6 @@ class Kernel:
             self.run("from helpers.cluster.core import _current\n"
                      "if _current is not None: _current.stop()", timeout=30)
             self.manager.shutdown_kernel(now=True)
+        else:  # killed: close what the manager holds (its control socket, connection file)
+            self.manager.cleanup_resources()
         self.client.stop_channels()

@@ -12,6 +12,8 @@ import os
 import psutil
 import pytest
 
+from helpers.cluster.px import is_dead
+
 REQUIRE = "COURSE_REQUIRE_SYSTEM"
 
 
@@ -30,9 +32,10 @@ def net_namespace(pid: int) -> str:
 
 
 def alive(pids: list[int]) -> list[int]:
-    """The pids that still run (a zombie does not count)."""
-    return [p for p in pids if psutil.pid_exists(p)
-            and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    """The pids that still run (a zombie does not count: it has exited, and only waits for its
+    parent, init for an orphan, to collect its status, which some containers' init does
+    seconds late)."""
+    return [p for p in pids if not is_dead(p)]
 
 
 def listening_outside_loopback(pids: list[int]) -> list[tuple[int, str]]:

@@ -13,6 +13,7 @@ import time
 
 import psutil
 import pytest
+from system import alive
 
 from helpers import Cluster, ClusterConfigError, ClusterError, RankError, start_cluster
 from helpers.cluster.watchdog import course_processes
@@ -65,7 +66,7 @@ def test_cluster_lifecycle_on_two_ranks():
         assert not set(old) & {r.pid for r in cluster.ranks}
         assert cluster.view["rank"] == [0, 1] and _ring_sum(cluster) == [3.0, 3.0]
         pids, private_dir = cluster.pids(), cluster.dir
-    assert not [p for p in pids if psutil.pid_exists(p)]
+    assert not alive(pids)
     assert not private_dir.exists()
 
 
@@ -74,7 +75,7 @@ def test_starting_again_replaces_the_old_cluster():
     first_pids = first.pids()
     second = start_cluster(n=1, activate=False)
     try:
-        assert not [p for p in first_pids if psutil.pid_exists(p)]
+        assert not alive(first_pids)
         assert second.view["rank"] == [0]
     finally:
         second.stop()
@@ -209,4 +210,4 @@ def test_a_dead_controller_is_named_and_restart_brings_a_new_one():
         assert not set(old_controller) & set(cluster._controller_pids)
         assert _ring_sum(cluster) == [3.0, 3.0]
         pids = cluster.pids()
-    assert not [p for p in pids if psutil.pid_exists(p)]
+    assert not alive(pids)

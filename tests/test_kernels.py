@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import psutil
 import pytest
@@ -44,12 +46,18 @@ def kernels():
         k.close()
 
 
-def interrupt_after(kernel: Kernel, code: str, delay: float) -> tuple[float, str, str]:
-    """Run code, press 'interrupt' `delay` s after the kernel began it; return seconds until
-    the cell returned (printed, not judged: a loaded machine may take its time), its status
-    and outputs."""
+def interrupt_after(kernel: Kernel, code: str, delay: float = 0.0,
+                    began: Sequence[Path] = ()) -> tuple[float, str, str]:
+    """Run code, press 'interrupt' once every file of `began` exists (the ranks write them
+    when they have begun the cell) and `delay` s after the kernel began it; return seconds
+    until the cell returned (printed, not judged: a loaded machine may take its time), its
+    status and outputs."""
     msg_id = kernel.submit(code)
     kernel.wait_busy(msg_id, timeout=60)
+    deadline = time.monotonic() + 60
+    while not all(path.exists() for path in began):
+        assert time.monotonic() < deadline, f"the ranks did not begin the cell: no {began}"
+        time.sleep(0.01)
     time.sleep(delay)
     pressed = time.monotonic()
     kernel.interrupt()
@@ -61,19 +69,23 @@ def test_interrupting_a_stuck_px_cell_reaches_the_engines(kernels):
     """The cells sleep or wait longer than the test's wait for them (60 s): one that ends with
     the report ended by the interrupt."""
     b = kernels["b"]
+    began = [Path(b.dir) / f"began-{rank}" for rank in range(2)]
     seconds, status, outputs = interrupt_after(b, """%%px
-import time
+import os, time
 try:
+    open(os.path.join(os.environ["COURSE_CLUSTER_DIR"], f"began-{rank}"), "w").close()
     time.sleep(600)
 except KeyboardInterrupt:
     interrupted = True
     raise
-""", delay=1.5)
+""", began=began)
     print(f"sleeping cell returned {seconds:.2f} s after the interrupt")
     assert status == "error" and "Interrupted: rank(s) [0, 1] stopped (KeyboardInterrupt)" \
         in outputs, outputs
     assert b.run("print(cluster.view['interrupted'])").strip() == "[True, True]"
     # stuck inside a collective: the cell returns at once, the engines when the wait times out
+    # (a shorter delay would save nothing: the next cell waits for that timeout, counted from
+    # the recv's start)
     seconds, status, outputs = interrupt_after(
         b, "%%px\ngot = torch.zeros(1)\ndist.recv(got, src=(rank + 1) % world_size)", delay=1.0)
     print(f"cell stuck in recv returned {seconds:.2f} s after the interrupt")

@@ -130,3 +130,20 @@ def test_a_live_notebook_sees_the_job_run_and_the_line_is_wiped(monkeypatch, cap
     run_many([[sys.executable, "-c", "import time; time.sleep(1.2)"]], timeout=30)
     out = capsys.readouterr().out
     assert "1 of 1 command(s) running" in out and out.endswith("\r" + " " * 40 + "\r")
+
+
+def test_wait_ended_counts_a_killed_orphan_as_ended_and_a_running_one_as_alive():
+    """A zombie has exited: wait_ended does not wait for init to collect it (which some
+    containers' init does seconds late); a running process stays alive."""
+    from helpers.cluster.watchdog import wait_ended
+
+    orphaning = STUCK.replace("time.sleep(60)\n", "").rstrip() + "\n"  # it exits at once
+    run = run_watched([sys.executable, "-c", orphaning], timeout=30)
+    assert run.returncode == 0, run.output
+    orphan = psutil.Process(int(run.output.split("child")[1].split()[0]))
+    try:
+        assert orphan.ppid() != psutil.Process().pid  # its parent exited: it is an orphan
+        assert wait_ended([orphan], timeout=0) == ([], [orphan])
+    finally:
+        orphan.kill()
+    assert wait_ended([orphan], timeout=60) == ([orphan], [])

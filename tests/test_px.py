@@ -18,6 +18,37 @@ def test_dead_rank_report_names_it_and_the_survivors_errors():
     assert "rank 2: process gone" in text and "cluster.restart()" in text
 
 
+def test_once_a_rank_died_the_wait_ends_as_soon_as_every_other_rank_has_answered():
+    """The survivors of a dead rank get `grace` s to report their own errors, and once they all
+    have, nothing is left to wait for: with a grace and a timeout of 600 s, the wait ends at
+    the poll that sees it (a fake client, whose rank 2 is on a host that no longer has it)."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    import pytest
+
+    from helpers.cluster.px import RankError, wait_for_ranks
+
+    futures = [Future() for _ in range(3)]
+    for future in futures[:2]:
+        future.set_result(RuntimeError("Connection closed by peer"))
+    client = SimpleNamespace(ids=[0, 1], outstanding={"m2"})  # rank 2's engine is gone
+    polls = []
+
+    def wait(poll):
+        polls.append(poll)
+        assert len(polls) < 50, "still waiting, though every rank alive has answered"
+        return False
+
+    result = SimpleNamespace(_client=client, msg_ids=["m0", "m1", "m2"], _targets=[0, 1, 2],
+                             _children=futures, wait=wait)
+    rank_of = {e: SimpleNamespace(rank=e, engine_id=e, remote=True, pid=None) for e in range(3)}
+    with pytest.raises(RankError, match=r"rank\(s\) \[2\] died") as err:
+        wait_for_ranks(result, rank_of, timeout=600, grace=600)
+    assert err.value.dead == [2] and err.value.silent == []
+    assert err.value.failed == {r: "RuntimeError: Connection closed by peer" for r in (0, 1)}
+
+
 def test_hang_report_names_the_silent_ranks_and_how_to_interrupt_them():
     text = describe_failure({}, [], [1, 3], 5)
     assert text.startswith("rank(s) [1, 3] did not answer within 5 s")

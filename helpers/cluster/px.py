@@ -217,7 +217,8 @@ def wait_for_ranks(result: Any, rank_of: dict[int, Any], timeout: float,
     Returns at once, whatever the ranks are doing, once pressed() (the stop button) is true.
 
     Once a rank is seen dead, the others get `grace` seconds to fail on their own (a
-    collective usually notices a lost peer at once) so that their errors can be reported.
+    collective usually notices a lost peer at once) so that their errors can be reported;
+    the wait ends as soon as every rank still alive has answered.
     where(ranks) says where each silent rank is stuck (Cluster.where), for the report;
     controller_gone() says whether the controller died (then no answer can come).
     """
@@ -234,6 +235,9 @@ def wait_for_ranks(result: Any, rank_of: dict[int, Any], timeout: float,
         if dead and first_death is None:
             first_death = now
         if now > deadline or (first_death and now - first_death > grace):
+            break
+        if dead and all(rank_of[by_msg[m]].rank in dead  # the others have all answered:
+                        for m in result.msg_ids if m in client.outstanding):  # no more to wait
             break
     pending = [m for m in result.msg_ids if m in client.outstanding]
     if not pending:  # every rank answered: whether one has died since is the next cell's news

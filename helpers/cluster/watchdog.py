@@ -16,6 +16,8 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Sequence
 
 import psutil
 
@@ -35,6 +37,32 @@ def course_processes(cluster_dir: str | None = None) -> list[psutil.Process]:
     return found
 
 
+def _ended(proc: psutil.Process) -> bool:
+    """Whether proc has exited: it is gone, or a zombie (collected here if it is a child of
+    this process). A zombie has exited and holds nothing (memory, files, ports): it only waits
+    for its parent to collect its exit status, and the new parent of an orphan (init, or a
+    container's first process) may take seconds to do that (about 2 s in some containers)."""
+    try:
+        if proc.status() != psutil.STATUS_ZOMBIE:
+            return False
+        proc.wait(0)  # collects a child of this process; another's raises TimeoutExpired
+    except (psutil.NoSuchProcess, psutil.TimeoutExpired):
+        pass
+    return True
+
+
+def wait_ended(procs: Sequence[psutil.Process], timeout: float,
+               poll_s: float = 0.01) -> tuple[list[psutil.Process], list[psutil.Process]]:
+    """(ended, alive): psutil.wait_procs, except that a zombie counts as ended (_ended)."""
+    deadline = time.monotonic() + timeout
+    alive = list(procs)
+    while True:
+        alive = [p for p in alive if not _ended(p)]
+        if not alive or time.monotonic() >= deadline:
+            return [p for p in procs if p not in alive], alive
+        time.sleep(poll_s)
+
+
 def end_processes(procs: list[psutil.Process], grace_s: float = 3.0) -> list[int]:
     """SIGTERM the processes, SIGKILL those still alive after grace_s; return their pids."""
     procs = [p for p in procs if p.pid != os.getpid()]
@@ -43,13 +71,13 @@ def end_processes(procs: list[psutil.Process], grace_s: float = 3.0) -> list[int
             proc.terminate()
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for proc in alive:
+    _, alive = wait_ended(procs, timeout=grace_s)  # a zombie has ended: not killed, not
+    for proc in alive:                             # waited for until init collects it
         try:
             proc.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(alive, timeout=grace_s)
+    wait_ended(alive, timeout=grace_s)
     return sorted(p.pid for p in procs)
 
 
