@@ -54,8 +54,7 @@ def test_another_right_answer_passes(request, capsys, name, what, source, size):
     """A right answer written unlike the worked solution (another algorithm the text allows,
     keyword arguments, the world named as the group) passes, at two world sizes."""
     cluster = request.getfixturevalue(f"cluster{size}")
-    cluster.px(RIGHT[name])
-    cluster.px(source)
+    cluster.px(f"{RIGHT[name]}\n{source}")  # the worked answer's imports, then this answer
     checks.check(cluster, EXERCISES[name], seed=SEED)
     assert (f"{name}: right on all {size} ranks, and again on {size - 1} ranks alone"
             in capsys.readouterr().out), what
@@ -70,8 +69,9 @@ PLANTED = [(name, *planted[:3], planted[3] if len(planted) > 3 else 3)
                          ids=[f"{n}: {w} ({size} ranks)" for n, w, _, _, size in PLANTED])
 def test_a_wrong_answer_is_caught_and_explained(request, name, what, source, piece, size):
     cluster = request.getfixturevalue(f"cluster{size}")
-    cluster.px(RIGHT[name])  # its imports, as a learner's earlier cells would have made them,
-    cluster.px(source)       # so that this test does not lean on an earlier one's
+    # the worked answer's imports, as a learner's earlier cells would have made them, so that
+    # this test does not lean on an earlier one's; then the wrong answer (one cell, one trip)
+    cluster.px(f"{RIGHT[name]}\n{source}")
     with pytest.raises(AssertionError) as err:
         checks.check(cluster, dataclasses.replace(EXERCISES[name], timeout=QUICK), seed=SEED)
     assert piece in str(err.value), f"{what}: {err.value}"
