@@ -155,8 +155,10 @@ def test_each_check_of_my_piece_and_zero_sgd_step_meets_lengths_the_size_divides
                             name, run, n, lengths)
 
 
-PADDED = [(name, what, source, size) for name, answers in PADDINGS.items()
-          for what, source in answers for size in (2, 3, 4)]
+# the pure test above shows every check meets both kinds of length at 2 to 8 ranks, whatever
+# the seed; here, at one size, that real checks with a learner's seeds do fail these answers
+PADDED = [(name, what, source, 3) for name, answers in PADDINGS.items()
+          for what, source in answers]
 
 
 @pytest.mark.parametrize(("name", "what", "source", "size"), PADDED,
@@ -167,8 +169,7 @@ def test_a_wrong_padding_fails_whatever_the_seed(request, name, what, source, si
     import random
 
     cluster = request.getfixturevalue(f"cluster{size}")
-    cluster.px(RIGHT[name])
-    cluster.px(source)
+    cluster.px(f"{RIGHT[name]}\n{source}")
     random.seed(size)
     for _ in range(3):
         with pytest.raises(AssertionError, match=f"{name} is not right yet"):

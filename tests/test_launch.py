@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -56,6 +57,48 @@ def test_a_run_past_its_timeout_is_ended_with_its_children():
     assert run.timed_out and run.returncode is None
     child = int(run.output.split("child")[1].split()[0])
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+def test_listening_addresses_are_psutils_and_a_bound_or_connected_socket_is_no_listener():
+    """The /proc reader agrees with psutil, IPv4 and IPv6 (loopback addresses only: nothing
+    here listens anywhere else)."""
+    code = textwrap.dedent("""
+        import socket, time
+        held = [socket.create_server((host, 0), family=family) for host, family in
+                (("127.0.0.1", socket.AF_INET), ("127.0.0.3", socket.AF_INET),
+                 ("::1", socket.AF_INET6))]
+        bound = socket.socket(); bound.bind(("127.0.0.2", 0))            # bound, not listening
+        client = socket.create_connection(("127.0.0.1", held[0].getsockname()[1]))
+        print("ready", flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        from_psutil = {c.laddr.ip for c in psutil.Process(proc.pid).net_connections(kind="tcp")
+                       if c.status == psutil.CONN_LISTEN}
+        assert from_psutil == {"127.0.0.1", "127.0.0.3", "::1"}
+        assert listening_addresses(proc.pid) == from_psutil
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.skipif(sys.byteorder != "little", reason="the hex below is a little-endian kernel's")
+@pytest.mark.parametrize(("hex_ip", "family", "text"), [
+    ("0100007F", socket.AF_INET, "127.0.0.1"),
+    ("00000000", socket.AF_INET, "0.0.0.0"),
+    ("0A00020F", socket.AF_INET, "15.2.0.10"),
+    ("00000000000000000000000000000000", socket.AF_INET6, "::"),
+    ("00000000000000000000000001000000", socket.AF_INET6, "::1"),
+    ("0000000000000000FFFF00000100007F", socket.AF_INET6, "::ffff:127.0.0.1"),
+])
+def test_addresses_are_read_as_the_kernel_writes_them(hex_ip, family, text):
+    """Every address, the wildcards included, as /proc/net/tcp[6] spells it (32-bit words in
+    the host's byte order): the loopback-only checks must see a wildcard listener as one."""
+    from helpers.launch import _proc_address
+
+    assert _proc_address(hex_ip, family) == text
 
 
 def test_listening_addresses_of_a_missing_process_is_empty():
