@@ -54,9 +54,16 @@ class MpiLauncher(Launcher):
         version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True,
                                  timeout=30).stdout
         c = self.cluster
+        # Open MPI's session folder inside the cluster's own, removed at stop: its default,
+        # /tmp/ompi.<host>.<uid>, is /tmp/ompi.<host>.0 for everyone inside the namespace,
+        # and one left by a killed mpiexec of root's would stop every other user's
+        session = c.dir / "mpi"
+        session.mkdir(exist_ok=True)
         env = dict(c.engine_env(), OMPI_MCA_btl="self,vader",  # MPI: shared memory
                    # inside the namespace everyone is root: Open MPI must be told it may run
-                   OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+                   OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   OMPI_MCA_orte_tmpdir_base=str(session),  # Open MPI 4
+                   PRTE_MCA_prte_tmpdir_base=str(session))  # Open MPI 5
         namespace = [unshare, *own_network(os.geteuid()), "--kill-child", "sh", "-c",
                      f'{ip} link set lo up && exec "$0" "$@"', mpiexec]
         ipp = c.controller.ipp
