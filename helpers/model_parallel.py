@@ -85,6 +85,41 @@ def tensor_parallel_mlp(full: nn.Sequential, group: Any = None) -> nn.Sequential
                          RowParallel(full[2], group))
 
 
+# ---- shapes chosen from the world size ----------------------------------------------------
+def hidden_width(world_size: int, target: int = 48) -> int:
+    """The hidden width of the notebook's block: target where world_size divides it, else the
+    multiple of world_size nearest target (at 5 ranks 50, at 7 ranks 49). Column- and
+    row-parallel layers cut it into equal slices, one per rank, as Megatron-LM's do (they
+    assert that the tensor-parallel size divides the width)."""
+    if world_size < 1:
+        raise ValueError(f"world_size={world_size}: give a number of ranks from 1 up")
+    return world_size * max(1, round(target / world_size))
+
+
+def mesh_2d(world_size: int, ranks_per_host: int | None = None) -> tuple[int, int] | None:
+    """(dp, tp): the shape of a 2-D mesh of all the ranks with both sides above 1, or None
+    where there is none (1, 2, 3 or a prime number of ranks). Tensor parallelism sends two
+    all-reduces per block and step, so its groups (the mesh's rows: consecutive ranks) stay
+    inside a host where the ranks allow (tp divides ranks_per_host); among those shapes, the
+    most square one, tp the larger side: 4 -> (2, 2), 6 -> (2, 3), 8 -> (2, 4), 16 -> (4, 4);
+    8 ranks on 4 hosts of 2 -> (4, 2)."""
+    shapes = [(world_size // tp, tp) for tp in range(2, world_size // 2 + 1)
+              if world_size % tp == 0]
+    if not shapes:
+        return None
+    inside = [s for s in shapes if ranks_per_host and ranks_per_host % s[1] == 0]
+    return min(inside or shapes, key=lambda s: (abs(s[0] - s[1]), -s[1]))
+
+
+def library_micro_batches(stages: int, at_least: int = 4) -> int:
+    """Micro-batches for torch.distributed.pipelining's Schedule1F1B, which refuses fewer
+    micro-batches than stages: the smallest power of two that is at least both."""
+    m = at_least
+    while m < stages:
+        m *= 2
+    return m
+
+
 # ---- pipeline parallelism (step 4) ----------------------------------------------------------
 def gpipe_order(n_micro: int) -> list[tuple[str, int]]:
     """GPipe: every micro-batch's forward, then every backward (the same on every stage)."""

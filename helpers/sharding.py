@@ -17,7 +17,7 @@ from torch import nn
 from .timing import bus_factor
 
 WIDTHS = (24, 48, 48, 10)  # 10 outputs: 4042 parameters, a multiple of neither 3 nor 4
-GLOBAL_BATCH = 24  # rows per step, shared equally by 1, 2, 3, 4, 6, ... ranks
+GLOBAL_BATCH = 24  # rows per step, the same at every world size, shared as equally as can be
 
 
 def shard_size(numel: int, world_size: int) -> int:
@@ -89,14 +89,27 @@ def global_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
             torch.randint(0, WIDTHS[-1], (GLOBAL_BATCH,), generator=g))
 
 
+def rows_of(rank: int, world_size: int, total: int = GLOBAL_BATCH) -> slice:
+    """This rank's rows of total, contiguous and as equal as can be: where world_size does not
+    divide total, some ranks hold one row more (at 5 ranks, 24 rows: 4, 5, 5, 5, 5)."""
+    return slice(rank * total // world_size, (rank + 1) * total // world_size)
+
+
 def my_batch(step: int, rank: int, world_size: int,
              device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's equal share of global_batch(step), on device."""
-    if GLOBAL_BATCH % world_size:
-        raise ValueError(f"{GLOBAL_BATCH} rows cannot be shared equally by {world_size} ranks")
+    """This rank's share of global_batch(step) (rows_of), on device."""
     x, y = global_batch(step)
-    rows = slice(rank * GLOBAL_BATCH // world_size, (rank + 1) * GLOBAL_BATCH // world_size)
+    rows = rows_of(rank, world_size)
     return x[rows].to(device), y[rows].to(device)
+
+
+def share_loss(out: torch.Tensor, y: torch.Tensor, world_size: int) -> torch.Tensor:
+    """This rank's part of the global batch's mean cross-entropy, times world_size: the sum
+    over its rows divided by GLOBAL_BATCH, not by its own rows. Averaged over the ranks (what
+    DDP, and the notebook's reduce-scatters, do to gradients), it gives the gradient of the
+    global mean, also where the shares are unequal; a rank's own mean would weigh the rows of a
+    smaller share more."""
+    return nn.functional.cross_entropy(out, y, reduction="sum") * (world_size / GLOBAL_BATCH)
 
 
 def one_process(steps: int, lr: float = 1e-2, seed: int = 0) -> nn.Sequential:

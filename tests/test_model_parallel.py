@@ -11,6 +11,9 @@ from torch import nn
 from helpers.model_parallel import (
     bubble_fraction,
     gpipe_order,
+    hidden_width,
+    library_micro_batches,
+    mesh_2d,
     make_part,
     one_f_one_b_order,
     schedule_slots,
@@ -77,3 +80,40 @@ def test_the_split_block_on_one_rank_is_the_block():
         torch.testing.assert_close(tensor_parallel_mlp(full)(x), full(x))
     finally:
         dist.destroy_process_group()
+
+
+# ---- shapes chosen from the world size: 1 to 16 GPUs per node, 1 to 4 nodes -------------
+@pytest.mark.parametrize("world_size", [*range(1, 17), 24, 32, 64])
+def test_the_hidden_width_splits_equally_and_stays_near_48(world_size):
+    h = hidden_width(world_size)
+    assert h % world_size == 0 and h >= world_size
+    assert h == 48 if 48 % world_size == 0 else abs(h - 48) <= world_size / 2
+
+
+@pytest.mark.parametrize("per_node", range(1, 17))
+@pytest.mark.parametrize("nodes", range(1, 5))
+def test_the_2d_mesh_uses_every_rank_and_keeps_tensor_parallel_inside_a_node(per_node, nodes):
+    n = per_node * nodes
+    shape = mesh_2d(n, per_node)
+    sides = [(n // t, t) for t in range(2, n) if n % t == 0 and n // t > 1]
+    if not sides:
+        assert shape is None, (n, shape)
+        return
+    dp, tp = shape
+    assert dp * tp == n and dp > 1 and tp > 1
+    if any(per_node % t == 0 for _, t in sides):
+        assert per_node % tp == 0, f"{nodes} x {per_node}: tp={tp} crosses a node"
+
+
+@pytest.mark.parametrize("n, per_node, shape", [
+    (1, 1, None), (2, 2, None), (3, 3, None), (5, 5, None), (7, 7, None), (4, 4, (2, 2)),
+    (6, 6, (2, 3)), (8, 8, (2, 4)), (9, 9, (3, 3)), (12, 12, (3, 4)), (16, 16, (4, 4)),
+    (8, 2, (4, 2)), (8, 4, (2, 4)), (16, 8, (4, 4)), (16, 2, (8, 2)), (4, 1, (2, 2)), (6, 3, (2, 3))])
+def test_the_2d_mesh_for_each_node(n, per_node, shape):
+    assert mesh_2d(n, per_node) == shape
+
+
+@pytest.mark.parametrize("stages", [*range(1, 17), 33])
+def test_the_library_gets_at_least_as_many_micro_batches_as_stages(stages):
+    m = library_micro_batches(stages)
+    assert m >= stages and m >= 4 and m & (m - 1) == 0 and (m == 4 or m < 2 * stages)

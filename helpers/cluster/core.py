@@ -248,12 +248,13 @@ class Cluster:
                                " call cluster.restart() to start fresh engines")
         self.generation += 1
         store, interface = self.launcher.store()
+        hosts = [ri.host for ri in self.ranks]
         pending = {
             ri.rank: self.client[ri.engine_id].apply_async(
                 engine.join_process_group, ri.rank, self.world_size, ri.local_rank,
                 self.backend, ri.device, store, self.timeout,
                 self._threads.get(ri.rank, self.threads), interface,
-                str(self.dir),
+                str(self.dir), hosts.count(ri.host),
             )
             for ri in self.ranks
         }

@@ -110,10 +110,12 @@ def join_process_group(
     threads: int,
     interface: str | None,
     stack_dir: str | None = None,
+    local_world_size: int = 1,
 ) -> dict[str, Any]:
     """Form this rank's part of the process group and publish rank, device, ... to %px cells.
 
     stack_dir: where this engine writes its stack when asked (helpers.cluster.stacks, notebook 06).
+    local_world_size: the ranks on this rank's host (torchrun's LOCAL_WORLD_SIZE).
     """
     if store["kind"] == "tcp":  # several hosts: the interface on the way to rank 0's host
         interface = socket_interface(store["host"])
@@ -147,7 +149,8 @@ def join_process_group(
 
         stacks.arm(stack_dir)
     lesson_backend = backend_for(dev.type, dist.get_backend())
-    _publish(rank=rank, world_size=world_size, local_rank=local_rank, device=dev,
+    _publish(rank=rank, world_size=world_size, local_rank=local_rank,
+             local_world_size=local_world_size, device=dev,
              backend=lesson_backend, torch=torch, dist=dist)
     return {"rank": dist.get_rank(), "backend": lesson_backend, "pid": os.getpid()}
 
