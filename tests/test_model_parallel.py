@@ -13,8 +13,8 @@ from helpers.model_parallel import (
     gpipe_order,
     hidden_width,
     library_micro_batches,
-    mesh_2d,
     make_part,
+    mesh_2d,
     one_f_one_b_order,
     schedule_slots,
     tensor_parallel_mlp,
@@ -108,7 +108,8 @@ def test_the_2d_mesh_uses_every_rank_and_keeps_tensor_parallel_inside_a_node(per
 @pytest.mark.parametrize("n, per_node, shape", [
     (1, 1, None), (2, 2, None), (3, 3, None), (5, 5, None), (7, 7, None), (4, 4, (2, 2)),
     (6, 6, (2, 3)), (8, 8, (2, 4)), (9, 9, (3, 3)), (12, 12, (3, 4)), (16, 16, (4, 4)),
-    (8, 2, (4, 2)), (8, 4, (2, 4)), (16, 8, (4, 4)), (16, 2, (8, 2)), (4, 1, (2, 2)), (6, 3, (2, 3))])
+    (8, 2, (4, 2)), (8, 4, (2, 4)), (16, 8, (4, 4)), (16, 2, (8, 2)), (4, 1, (2, 2)),
+    (6, 3, (2, 3))])
 def test_the_2d_mesh_for_each_node(n, per_node, shape):
     assert mesh_2d(n, per_node) == shape
 
