@@ -11,14 +11,18 @@ export IPP_NONINTERACTIVE := 1
 
 .PHONY: install lab-settings lab lab-args browser test unit notebooks lint outputs check clean cluster-up cluster-down
 
+# PyTorch: any release in pyproject.toml's range; one the Python above already has (a site's
+# module, a conda environment) is used through --system-site-packages, not installed again.
+# TORCH=2.13.0 asks for that release exactly (make clean install TORCH=2.13.0).
+TORCH ?=
 $(PY):
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv $$($(PYTHON) helpers/torch_build.py --venv-args) $(VENV)
 
 # which PyTorch build (CPU where there is no NVIDIA GPU): helpers/torch_build.py, COURSE_TORCH
 $(STAMP): pyproject.toml helpers/torch_build.py | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
 	torch_args=$$($(PY) helpers/torch_build.py) && \
-		$(PY) -m pip install --quiet $$torch_args -e ".[test,mpi]"
+		$(PY) -m pip install --quiet $$torch_args -e ".[test,mpi]" $(if $(TORCH),"torch==$(TORCH)")
 	touch $@
 
 # JupyterLab's settings for the course: never ask about (or fetch) Jupyter news on first start

@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from . import torch_build
 from .cluster import slurm
 from .text import format_bytes, table
 
 OK, NOTE, BLOCKER = "ok", "note", "BLOCKER"
-PINNED = {"torch": "2.13.0", "ipyparallel": "9.2.0"}
+PINNED = {"torch": torch_build.REQUIREMENT, "ipyparallel": "9.2.0"}
 NOTEBOOK_02 = Path(__file__).resolve().parent.parent / "notebooks" / "02_collectives.ipynb"
 
 
@@ -53,6 +54,12 @@ def python_line(version: tuple[int, int, int]) -> Line:
 def package_line(name: str, version: str | None) -> Line:
     if version is None:
         return Line(name, "not installed", BLOCKER, "run `make install`")
+    if name == "torch":
+        if not torch_build.in_range(version):
+            tested = " and ".join(torch_build.TESTED)
+            return Line(name, version, NOTE, f"the course is tested with {tested} "
+                        f"({torch_build.REQUIREMENT}); `make clean install` installs one in range")
+        return Line(name, version)
     if version.split("+")[0] != PINNED[name]:
         return Line(name, version, NOTE, f"the course is tested with {PINNED[name]}; "
                     "`make clean install` installs it")

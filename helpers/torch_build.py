@@ -7,6 +7,13 @@
 - macOS: PyPI's build (CPU and Apple's MPS; there is no CUDA build for macOS).
 - ``COURSE_TORCH=cpu`` or ``COURSE_TORCH=cuda`` overrides the choice.
 
+Which release: any in the tested range (``REQUIREMENT``, also in pyproject.toml), so that a
+PyTorch the learner or the site already has is kept: a ``.venv`` that holds one in range keeps
+it, and where the Python that makes the venv has one in range (a site's module, a conda
+environment), ``make install`` makes the venv with ``--system-site-packages`` and uses it
+(``python3 helpers/torch_build.py --venv-args``). ``make install TORCH=2.13.0`` asks for one
+release exactly.
+
 Run by the Makefile with the system's Python, before the course's packages exist: the standard
 library only. It prints the pip arguments to add (none, or ``--extra-index-url URL``) and says
 what it chose on stderr.
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import sys
 import threading
@@ -26,6 +34,8 @@ import urllib.request
 from dataclasses import dataclass
 
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+REQUIREMENT = "torch>=2.13,<2.15"  # pyproject.toml's, and environment.yml's (tests check both)
+TESTED = ("2.13.0", "2.14.1")  # the releases `make test` has passed with, each end of the range
 REACH_WAIT = 5.0  # seconds the CPU index has to answer before the default build is used
 CUDA_SIZE = "about 4.3 GB installed, most of it CUDA libraries"
 
@@ -62,6 +72,63 @@ def choose(system: str, has_nvidia: bool, override: str | None) -> Build:
     if has_nvidia:
         return Build("default", f"an NVIDIA GPU: PyPI's CUDA build ({CUDA_SIZE})")
     return Build("cpu-index", "no NVIDIA GPU: the CPU build")
+
+
+def release(version: str) -> tuple[int, ...]:
+    """'2.14.1+cu128' -> (2, 14, 1); '2.15.0.dev20260101' -> (2, 15, 0)."""
+    parts = []
+    for piece in version.split("+")[0].split(".")[:3]:
+        digits = re.match(r"\d*", piece).group()  # '0rc1' -> '0'
+        if not digits:
+            break
+        parts.append(int(digits))
+    if not parts:
+        raise ValueError(f"{version!r} is not a release number")
+    return tuple(parts)
+
+
+def bounds(requirement: str = REQUIREMENT) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(lowest release allowed, first release not allowed) of 'torch>=A,<B'."""
+    low = high = None
+    for clause in requirement.removeprefix("torch").split(","):
+        clause = clause.strip()
+        if clause.startswith(">="):
+            low = release(clause[2:])
+        elif clause.startswith("<"):
+            high = release(clause[1:])
+    if low is None or high is None:
+        raise ValueError(f"{requirement!r}: expected torch>=A,<B")
+    return low, high
+
+
+def in_range(version: str, requirement: str = REQUIREMENT) -> bool:
+    """Whether a torch version lies in the course's range (a local tag such as +cpu ignored)."""
+    low, high = bounds(requirement)
+    return low <= release(version) < high
+
+
+def installed_torch() -> tuple[str, str] | None:
+    """(version, location) of the torch this Python would import, without importing it."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("torch")
+    except metadata.PackageNotFoundError:
+        return None
+    return dist.version, str(dist.locate_file(""))
+
+
+def venv_args(found: tuple[str, str] | None) -> tuple[list[str], str]:
+    """(arguments for `python -m venv`, the line to show): the system's site packages where
+    they hold a torch in range, so that it is used instead of installed again."""
+    if found is None:
+        return [], ""
+    version, where = found
+    if in_range(version):
+        return ["--system-site-packages"], (
+            f"PyTorch: keeping {version}, found in {where} ({REQUIREMENT}); "
+            "`make clean install TORCH=<version>` installs another")
+    return [], (f"PyTorch: {version} in {where} is outside {REQUIREMENT}; the venv gets its own")
 
 
 def has_nvidia_driver() -> bool:
@@ -103,7 +170,14 @@ def pip_args(build: Build, index: str = CPU_INDEX, wait: float = REACH_WAIT,
                 "used as it is).")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--venv-args"]:
+        args, line = venv_args(installed_torch())
+        if line:
+            print(line, file=sys.stderr)
+        print(" ".join(args))
+        return 0
     override = os.environ.get("COURSE_TORCH")
     try:
         build = choose(platform.system(), has_nvidia_driver(), override)

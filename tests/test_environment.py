@@ -23,9 +23,18 @@ def test_environment_yml_matches_pyproject():
     )
 
 
-def test_torch_is_pinned():
+def test_torch_is_the_tested_range_everywhere():
+    """pyproject.toml asks for helpers/torch_build.py's range, the tested releases lie in it
+    (its two ends), and the README names them."""
+    from helpers.torch_build import REQUIREMENT, TESTED, bounds, in_range, release
+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert any(d.startswith("torch==") for d in project["dependencies"])
+    assert [d for d in project["dependencies"] if d.startswith("torch")] == [REQUIREMENT]
+    low, high = bounds()
+    assert all(in_range(v) for v in TESTED) and release(TESTED[0])[:2] == low
+    assert release(TESTED[-1])[:2] == (high[0], high[1] - 1), "the newest tested is the top"
+    readme = (ROOT / "README.md").read_text()
+    assert all(v in readme for v in TESTED) and REQUIREMENT.removeprefix("torch") in readme
 
 
 def test_every_sanitize_rule_is_read_by_nbval():

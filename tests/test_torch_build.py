@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from helpers.torch_build import BuildError, choose, pip_args
+from helpers.torch_build import BuildError, choose, in_range, pip_args, venv_args
 
 
 @pytest.mark.parametrize("system, nvidia, override, source", [
@@ -73,3 +73,26 @@ def test_an_unreachable_cpu_index_falls_back_to_the_default_build_and_says_so():
     finally:
         silent.close()
         refused.close()
+
+
+@pytest.mark.parametrize("version, inside", [
+    ("2.13.0", True), ("2.13.0+cpu", True), ("2.14.1+cu128", True), ("2.14.9", True),
+    ("2.12.1", False), ("2.15.0", False), ("2.15.0.dev20260101+cu130", False), ("3.0.0", False),
+    ("2.13.0rc1", True)])
+def test_which_torch_is_in_the_courses_range(version, inside):
+    assert in_range(version, "torch>=2.13,<2.15") is inside
+
+
+def test_a_torch_in_range_is_kept_and_one_outside_is_not():
+    args, line = venv_args(("2.14.1", "/opt/site/lib/python3.11/site-packages"))
+    assert args == ["--system-site-packages"] and "keeping 2.14.1" in line and "TORCH=" in line
+    args, line = venv_args(("2.11.0+cu126", "/opt/site"))
+    assert args == [] and "outside" in line
+    assert venv_args(None) == ([], "")
+
+
+def test_the_range_must_have_both_ends():
+    with pytest.raises(ValueError, match="expected torch>=A,<B"):
+        in_range("2.13.0", "torch>=2.13")
+    with pytest.raises(ValueError, match="not a release number"):
+        in_range("latest")
