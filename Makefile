@@ -9,7 +9,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb)) $(sort $(wildcard 
 # stored outputs are compared run after run: no progress bars, outputs grouped by engine
 export IPP_NONINTERACTIVE := 1
 
-.PHONY: install lab-settings lab lab-args browser test unit notebooks lint outputs check clean cluster-up cluster-down
+.PHONY: install lab-settings lab lab-args browser test unit notebooks lint outputs check gpu-check world-sizes clean cluster-up cluster-down
 
 # PyTorch: any release in pyproject.toml's range; one the Python above already has (a site's
 # module, a conda environment) is used through --system-site-packages, not installed again.
@@ -77,6 +77,16 @@ browser: install
 # the day before a workshop: is this machine ready? (a table; exit status 1 on a blocker)
 check: install
 	$(PY) -m helpers.preflight
+
+# on a machine with one NVIDIA GPU: one report of what runs there (benchmarks/gpu_check.py says
+# how to run it with the machine's own PyTorch, from wheels saved by benchmarks/gpu_wheels.sh)
+gpu-check: install
+	$(PY) benchmarks/gpu_check.py --out gpu-check.md
+
+# every lesson at every world size from 1 to 8 and 16, a table (SIZES=8 for one size)
+SIZES ?= 1-8,16
+world-sizes: install
+	$(PY) benchmarks/world_sizes.py --sizes $(SIZES)
 
 # re-execute notebooks in place after editing them (NB=path to do one)
 outputs: install
