@@ -73,6 +73,29 @@ def traffic(calls: Iterable[dict[str, Any]], world_size: int) -> dict[str, float
     return sent
 
 
+def backend_works(fn: Any) -> list[str]:
+    """The backend's own operations that fn() runs ('gloo:all_reduce', 'nccl:...'), as
+    torch.profiler records them: what a collective really is on this backend (on gloo,
+    reduce_scatter_single runs as an all-reduce). The profiler's start and stop lines, which its
+    C++ writes to the process's standard error, are kept out of the cell's output."""
+    import os
+    import sys
+
+    from torch.profiler import ProfilerActivity, profile
+
+    sys.stderr.flush()
+    saved, quiet = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 2)
+    try:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(quiet)
+    return sorted({e.name for e in prof.events() if e.name.startswith(("gloo:", "nccl:"))})
+
+
 def net(seed: int = 0) -> nn.Sequential:
     """The notebook's model: three Linear layers of the widths in WIDTHS."""
     with torch.random.fork_rng(devices=[]):
