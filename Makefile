@@ -9,7 +9,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb)) $(sort $(wildcard 
 # stored outputs are compared run after run: no progress bars, outputs grouped by engine
 export IPP_NONINTERACTIVE := 1
 
-.PHONY: install lab-settings lab lab-args browser test unit notebooks lint outputs check gpu-check world-sizes clean cluster-up cluster-down
+.PHONY: install lab-settings lab lab-args browser test unit notebooks lint outputs check gpu-check world-sizes lessons-at clean cluster-up cluster-down
 
 # PyTorch: any release in pyproject.toml's range; one the Python above already has (a site's
 # module, a conda environment) is used through --system-site-packages, not installed again.
@@ -87,6 +87,13 @@ gpu-check: install
 SIZES ?= 1-8,16
 world-sizes: install
 	$(PY) benchmarks/world_sizes.py --sizes $(SIZES)
+
+# every lesson at another world size, outputs not compared, errors fail (CI: 8, a GPU node's ranks)
+RANKS ?= 8
+LESSONS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
+lessons-at: install
+	COURSE_WORLD_SIZE=$(RANKS) $(PY) -m pytest --nbval-lax --nbval-current-env \
+		--nbval-cell-timeout=480 --durations=5 $(LESSONS)
 
 # re-execute notebooks in place after editing them (NB=path to do one)
 outputs: install

@@ -3,7 +3,9 @@
 Each notebook runs top to bottom in a fresh kernel of this environment, as `make outputs`
 runs it, with COURSE_WORLD_SIZE set; nothing is written back. A notebook passes when no cell
 raises. A step that needs a world size the cluster does not have prints a line starting with
-"skipped:" (with the size it needs); those lines are counted and listed under the table.
+"skipped:" (with the size it needs); those lines are counted and listed under the table. A
+notebook whose every step needs more ranks refuses in its first cell (start_cluster's
+min_ranks: "this notebook needs at least N ranks"): the table shows "needs N", not a failure.
 
 Prints figures, asserts nothing about speed; exits 1 if any notebook failed.
 Run: .venv/bin/python benchmarks/world_sizes.py [--sizes 1-8,16] [--solutions] [NOTEBOOK ...]
@@ -26,6 +28,8 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernel
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIPPED = re.compile(r"^(?:\[stdout:\d+\] )?skipped: (.+)$", re.MULTILINE)
+NEEDS = re.compile(r"ClusterConfigError: this notebook needs at least (\d+) ranks")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass
@@ -34,6 +38,7 @@ class Result:
     seconds: float
     skipped: list[str] = field(default_factory=list)
     error: str = ""
+    needs: int = 0  # the notebook refused this world size: it needs at least this many ranks
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -71,7 +76,10 @@ def run(path: Path, size: int, timeout: int) -> Result:
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:
         where = next((i for i, c in enumerate(nb.cells)
                       if any(o.get("output_type") == "error" for o in c.get("outputs", []))), None)
-        first = str(err).strip().splitlines()
+        text = ANSI.sub("", str(err))
+        if (refused := NEEDS.search(text)) and size < int(refused.group(1)):
+            return Result(True, time.perf_counter() - start, needs=int(refused.group(1)))
+        first = text.strip().splitlines()
         name = next((line for line in reversed(first) if line.strip()), type(err).__name__)
         return Result(False, time.perf_counter() - start, skipped_lines(nb),
                       f"cell {where}: {name[:200]}")
@@ -94,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     for size in args.sizes:
         for path in paths:
             r = results[size, path] = run(path, size, args.timeout)
-            verdict = "pass" if r.ok else f"FAIL ({r.error})"
+            verdict = (f"needs {r.needs} ranks" if r.needs else "pass") if r.ok \
+                else f"FAIL ({r.error})"
             print(f"{size:>3} ranks  {path.relative_to(ROOT)}: {verdict}, "
                   f"{len(r.skipped)} skipped, {r.seconds:.1f} s", flush=True)
 
@@ -105,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         cells = []
         for path in paths:
             r = results[size, path]
+            if r.needs:
+                cells.append(f"needs {r.needs}")
+                continue
             mark = "pass" if r.ok else "FAIL"
             cells.append(f"{mark} {len(r.skipped)}s {r.seconds:.0f}s" if r.skipped
                          else f"{mark} {r.seconds:.0f}s")

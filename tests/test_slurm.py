@@ -195,12 +195,18 @@ def _jobs_ever() -> dict[int, str]:
     return {int(i): rest for i, _, rest in (line.partition("|") for line in out.splitlines())}
 
 
-def test_a_lesson_notebook_runs_unchanged_across_two_nodes(slurm_env):
+@pytest.mark.parametrize("notebook, ranks", [
+    ("01_point_to_point", 4),
+    # 2 ranks on 2 nodes: RPC's two workers (ranks 0 and 1) on different hosts, its rendezvous
+    # in the shared folder, its listeners on the nodes' interface
+    ("09_model_parallel", 2),
+])
+def test_a_lesson_notebook_runs_unchanged_across_two_nodes(slurm_env, notebook, ranks):
     before = max(_jobs_ever(), default=0)
-    env = dict(slurm_env, COURSE_LAUNCHER="slurm", COURSE_NODES="2", COURSE_WORLD_SIZE="4")
+    env = dict(slurm_env, COURSE_LAUNCHER="slurm", COURSE_NODES="2", COURSE_WORLD_SIZE=str(ranks))
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
-         "--nbval-current-env", "--nbval-cell-timeout=240", "notebooks/01_point_to_point.ipynb"],
+         "--nbval-current-env", "--nbval-cell-timeout=240", f"notebooks/{notebook}.ipynb"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert not _queue(), f"jobs left in squeue after the notebook: {_queue()}"
