@@ -195,7 +195,9 @@ def _step_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None
     made = ops(calls, "collective")
     if "all_reduce" in made:
         return ("called all_reduce: reduce-scatter the gradient instead (each rank needs the "
-                "average of its own shard only: half the traffic of an all-reduce)")
+                "average of its own shard only; on NCCL half the traffic of an all-reduce, while "
+                "on gloo the reduce-scatter is itself an all-reduce: the ZeRO-2 pattern is what "
+                "is asked)")
     scatters = [op for op in made if op in SCATTERS]
     gathers = [op for op in made if op in GATHERS]
     if len(scatters) != 1 or len(gathers) != 1 or len(made) != 2:
