@@ -3,6 +3,7 @@
 import pytest
 
 from helpers.topology import (
+    DEFAULT_CPU_RANKS,
     ClusterConfigError,
     backend_for,
     choose_backend,
@@ -220,3 +221,40 @@ def test_gpus_are_looked_for_in_torch_only_where_a_gpu_device_file_exists(files,
     assert gpu_device_files(files.__contains__) == found
     if not found:  # no device file: no GPU, whatever torch would have said
         assert visible_gpus(files.__contains__) == 0
+
+
+# ---- every node a workshop has: 1 to 16 GPUs per node, 1 to 4 nodes, one rank per GPU ------
+@pytest.mark.parametrize("per_node", range(1, 17))
+@pytest.mark.parametrize("nodes", range(1, 5))
+def test_one_rank_per_gpu_on_every_shape_of_node_and_cluster(per_node, nodes):
+    """What start_cluster decides for a job of `nodes` hosts with `per_node` GPUs each (Slurm's
+    --gpus-per-node), the ranks laid out host by host as the launchers lay them: the world
+    size, the backend, each rank's device, local rank, threads, a second GPU (notebook 04),
+    and the 2-D mesh of notebook 09 with its tensor-parallel groups inside a host."""
+    from helpers.model_parallel import mesh_2d
+
+    n = nodes * per_node if nodes * per_node >= 2 else DEFAULT_CPU_RANKS
+    one_gpu_host = nodes * per_node < 2
+    world = resolve_world_size(None, nodes * per_node, {})
+    assert world == n
+    backend = choose_backend(world, 0 if one_gpu_host else nodes * per_node, env={})
+    assert backend == ("gloo" if one_gpu_host else "nccl")
+    hosts = [f"node{r // (world // nodes if not one_gpu_host else world)}" for r in range(world)]
+    locals_ = local_ranks(hosts)
+    devices = [device_for(lr, backend) for lr in locals_]
+    if backend == "nccl":
+        assert all(d == f"cuda:{lr}" and lr < per_node for d, lr in zip(devices, locals_))
+        assert len(set(zip(hosts, devices))) == world, "two ranks share a GPU"
+        assert all(second_gpu(lr, per_node, per_node) is None for lr in locals_)
+    else:
+        assert set(devices) == {"cpu"}
+    ranks_per_host = hosts.count(hosts[0])
+    assert threads_per_rank(16, ranks_per_host) * ranks_per_host <= 16
+    shape = mesh_2d(world, ranks_per_host)
+    if shape is not None:
+        dp, tp = shape
+        groups = [list(range(row * tp, (row + 1) * tp)) for row in range(dp)]
+        divisible = [t for t in range(2, world) if world % t == 0 and ranks_per_host % t == 0
+                     and world // t > 1]
+        if divisible:  # the tensor-parallel groups stay inside one host
+            assert all(len({hosts[r] for r in g}) == 1 for g in groups), (hosts, shape)
