@@ -63,7 +63,7 @@ notebooks: install
 		--nbval-sanitize-with tests/sanitize.cfg $(NOTEBOOKS)
 
 # the browser suite is `make browser` (CI runs both)
-# (the slowest 15 steps are listed at the end: the budget is 8 minutes)
+# (the slowest 15 steps are listed at the end: the budget is 10 minutes)
 test: lint
 	$(PY) -m pytest tests --ignore=tests/test_browser.py --nbval --nbval-current-env \
 		--nbval-cell-timeout=240 --nbval-sanitize-with tests/sanitize.cfg --durations=15 \
