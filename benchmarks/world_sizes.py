@@ -79,8 +79,9 @@ def run(path: Path, size: int, timeout: int) -> Result:
         text = ANSI.sub("", str(err))
         if (refused := NEEDS.search(text)) and size < int(refused.group(1)):
             return Result(True, time.perf_counter() - start, needs=int(refused.group(1)))
-        first = text.strip().splitlines()
-        name = next((line for line in reversed(first) if line.strip()), type(err).__name__)
+        lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+        errors = [line for line in lines if re.search(r"\w(Error|Exception): ", line)]
+        name = errors[0] if errors else (lines[-1] if lines else type(err).__name__)
         return Result(False, time.perf_counter() - start, skipped_lines(nb),
                       f"cell {where}: {name[:200]}")
     return Result(True, time.perf_counter() - start, skipped_lines(nb))
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--solutions", action="store_true", help="the worked solutions too")
     parser.add_argument("--timeout", type=int, default=600, help="seconds a cell may take")
     args = parser.parse_args(argv)
-    paths = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    paths = [p.resolve() for p in args.notebooks] or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     if args.solutions and not args.notebooks:
         paths += sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))
     os.environ["IPP_NONINTERACTIVE"] = "1"

@@ -41,3 +41,14 @@ def test_gloo_has_tags_and_receives_from_any_source_on_three_ranks():
         assert not wrong, wrong
         for op in ["batch_isend_irecv", "broadcast", "send/recv tags", "recv from any source"]:
             assert sub_tables[1][op] == "yes", (op, sub_tables[1][op])
+
+
+def test_the_product_probe_allows_float32s_rounding_of_n_factorial_and_nothing_more():
+    """At 16 ranks the product of 1..16 has more significant bits than a float32 holds: the
+    probe compares within float32's rounding, and still tells a wrong product."""
+    import math
+
+    exact = float(math.factorial(16))
+    rounded = torch.arange(1.0, 17.0).prod().item()  # float32, as the probe's tensors are
+    assert rounded != exact and math.isclose(rounded, exact, rel_tol=1e-6)
+    assert not math.isclose(rounded * 16 / 15, exact, rel_tol=1e-6)
