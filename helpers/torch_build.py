@@ -118,12 +118,17 @@ def installed_torch() -> tuple[str, str] | None:
     return dist.version, str(dist.locate_file(""))
 
 
-def venv_args(found: tuple[str, str] | None) -> tuple[list[str], str]:
+def venv_args(found: tuple[str, str] | None, in_venv: bool = False) -> tuple[list[str], str]:
     """(arguments for `python -m venv`, the line to show): the system's site packages where
-    they hold a torch in range, so that it is used instead of installed again."""
+    they hold a torch in range, so that it is used instead of installed again. A venv made
+    from inside another venv sees the base installation's packages, not that venv's: there,
+    VENV=<that venv> uses it instead."""
     if found is None:
         return [], ""
     version, where = found
+    if in_venv:
+        return [], (f"PyTorch: {version} is in another virtual environment ({where}), which a "
+                    "new venv cannot see; `make install VENV=<that environment>` would use it")
     if in_range(version):
         return ["--system-site-packages"], (
             f"PyTorch: keeping {version}, found in {where} ({REQUIREMENT}); "
@@ -173,7 +178,7 @@ def pip_args(build: Build, index: str = CPU_INDEX, wait: float = REACH_WAIT,
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--venv-args"]:
-        args, line = venv_args(installed_torch())
+        args, line = venv_args(installed_torch(), in_venv=sys.prefix != sys.base_prefix)
         if line:
             print(line, file=sys.stderr)
         print(" ".join(args))

@@ -96,3 +96,8 @@ def test_the_range_must_have_both_ends():
         in_range("2.13.0", "torch>=2.13")
     with pytest.raises(ValueError, match="not a release number"):
         in_range("latest")
+
+
+def test_a_torch_in_another_venv_is_named_not_claimed():
+    args, line = venv_args(("2.14.1", "/home/me/env/lib/python3.11/site-packages"), in_venv=True)
+    assert args == [] and "VENV=" in line and "cannot see" in line
