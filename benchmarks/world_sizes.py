@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--solutions", action="store_true", help="the worked solutions too")
     parser.add_argument("--timeout", type=int, default=600, help="seconds a cell may take")
     args = parser.parse_args(argv)
-    paths = [p.resolve() for p in args.notebooks] or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    paths = [p.resolve() for p in args.notebooks]
+    paths = paths or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     if args.solutions and not args.notebooks:
         paths += sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))
     os.environ["IPP_NONINTERACTIVE"] = "1"
