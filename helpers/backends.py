@@ -1,4 +1,5 @@
-"""Probe, live, which operations a backend supports on this machine (run on every rank).
+"""Probe, live, which operations a backend supports on this machine (run on every rank), and
+what it runs for one (``backend_works``, notebook 08).
 
 Introduced in notebook 00, used again in notebooks 01 and 02 to skip what a backend lacks.
 Every probe runs the operation on known inputs and checks the answer, so "yes" means "runs
@@ -11,6 +12,8 @@ with no message left unmatched.
 from __future__ import annotations
 
 import math
+import os
+import sys
 from collections.abc import Callable
 
 import torch
@@ -212,3 +215,23 @@ def probe_support(
         except (RuntimeError, ValueError, NotImplementedError) as e:
             table[name] = "no: " + first_line(str(e))[:70]
     return table
+
+
+def backend_works(fn: Callable[[], object]) -> list[str]:
+    """The backend's own operations that fn() runs ('gloo:all_reduce', 'nccl:...'), as
+    torch.profiler records them: what a collective really is on this backend (notebook 08: on
+    gloo, reduce_scatter_single runs as an all-reduce). The profiler's start and stop lines,
+    which its C++ writes to the process's standard error, are kept out of the cell's output."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sys.stderr.flush()
+    saved, quiet = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 2)
+    try:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(quiet)
+    return sorted({e.name for e in prof.events() if e.name.startswith(("gloo:", "nccl:"))})

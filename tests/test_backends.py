@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 
 from helpers import start_cluster
-from helpers.backends import P2P_PROBES, probe_support
+from helpers.backends import P2P_PROBES, backend_works, probe_support
 
 
 def test_p2p_probes_need_two_ranks(tmp_path):
@@ -22,7 +22,7 @@ def test_p2p_probes_need_two_ranks(tmp_path):
 def test_gloo_has_tags_and_receives_from_any_source_on_three_ranks():
     with start_cluster(n=3, activate=False) as cluster:
         cluster.view.execute(
-            "from helpers.backends import P2P_PROBES, probe_support\n"
+            "from helpers.backends import P2P_PROBES, backend_works, probe_support\n"
             "p2p = probe_support(device, probes=P2P_PROBES)\n"
             "t = torch.ones(1); dist.all_reduce(t); after = t.item()"  # the group still works
         )
@@ -52,3 +52,13 @@ def test_the_product_probe_allows_float32s_rounding_of_n_factorial_and_nothing_m
     rounded = torch.arange(1.0, 17.0).prod().item()  # float32, as the probe's tensors are
     assert rounded != exact and math.isclose(rounded, exact, rel_tol=1e-6)
     assert not math.isclose(rounded * 16 / 15, exact, rel_tol=1e-6)
+
+
+def test_backend_works_names_the_gloo_operation_and_keeps_the_profilers_lines_out(capfd):
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        works = backend_works(lambda: dist.all_reduce(torch.ones(3)))
+    finally:
+        dist.destroy_process_group()
+    assert works == ["gloo:all_reduce"]
+    assert "profiler_" not in capfd.readouterr().err

@@ -1,5 +1,5 @@
-"""benchmarks/gpu_check.py without a GPU: every check's code compiles, and the report is
-written with the GPU part skipped and said to be skipped."""
+"""benchmarks/gpu_check.py without a GPU: every check's code compiles and sets its finding,
+and the GPU part says it skipped."""
 
 from __future__ import annotations
 

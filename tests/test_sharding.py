@@ -1,16 +1,14 @@
 """helpers/sharding.py without a cluster: unequal shares of the batch and the loss that keeps
-their average right, and what a collective runs as on gloo."""
+their average right."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from helpers.sharding import (
     GLOBAL_BATCH,
-    backend_works,
     global_batch,
     my_batch,
     net,
@@ -58,13 +56,3 @@ def test_a_ranks_own_mean_would_be_wrong_where_the_shares_are_unequal():
         nn.functional.cross_entropy(model(xr), yr).backward()
         total += next(model.parameters()).grad
     assert not torch.allclose(total / world_size, whole)
-
-
-def test_backend_works_names_the_gloo_operation_and_keeps_the_profilers_lines_out(capfd):
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        works = backend_works(lambda: dist.all_reduce(torch.ones(3)))
-    finally:
-        dist.destroy_process_group()
-    assert works == ["gloo:all_reduce"]
-    assert "profiler_" not in capfd.readouterr().err
