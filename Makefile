@@ -16,12 +16,12 @@ export IPP_NONINTERACTIVE := 1
 # TORCH=2.13.0 asks for that release exactly (make clean install TORCH=2.13.0).
 TORCH ?=
 $(PY):
-	$(PYTHON) -m venv $$($(PYTHON) helpers/torch_build.py --venv-args) $(VENV)
+	$(PYTHON) -m venv $$($(PYTHON) helpers/machine/torch_build.py --venv-args) $(VENV)
 
-# which PyTorch build (CPU where there is no NVIDIA GPU): helpers/torch_build.py, COURSE_TORCH
-$(STAMP): pyproject.toml helpers/torch_build.py | $(PY)
+# which PyTorch build (CPU where there is no NVIDIA GPU): helpers/machine/torch_build.py, COURSE_TORCH
+$(STAMP): pyproject.toml helpers/machine/torch_build.py | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
-	torch_args=$$($(PY) helpers/torch_build.py) && \
+	torch_args=$$($(PY) helpers/machine/torch_build.py) && \
 		$(PY) -m pip install --quiet $$torch_args -e ".[test,mpi]" $(if $(TORCH),"torch==$(TORCH)")
 	touch $@
 
@@ -76,7 +76,7 @@ browser: install
 
 # the day before a workshop: is this machine ready? (a table; exit status 1 on a blocker)
 check: install
-	$(PY) -m helpers.preflight
+	$(PY) -m helpers.machine.preflight
 
 # on a machine with one NVIDIA GPU: one report of what runs there (benchmarks/gpu_check.py says
 # how to run it with the machine's own PyTorch, from wheels saved by benchmarks/gpu_wheels.sh)

@@ -4,7 +4,7 @@ Uses the machine's own PyTorch and installs nothing: on a machine without the co
 packages, install the wheels that `benchmarks/gpu_wheels.sh` saved beside the repository first
 (the README's GPU section says how). Writes one Markdown report (--out), in three parts:
 
-1. `make check`'s table (helpers.preflight), as an instructor would read it that morning;
+1. `make check`'s table (helpers.machine.preflight), as an instructor would read it that morning;
 2. the GPU-only paths that one GPU can run, each on a cluster of one NCCL rank on GPU 0
    (NCCL refuses two ranks on one GPU): the collectives on CUDA tensors, CUDA-event timing
    (helpers.timing) against the host clock, the allocator's peak memory, DDP with device_ids,
@@ -166,7 +166,7 @@ def section(title: str, body: str) -> str:
 
 def preflight_table() -> tuple[str, bool]:
     """`make check`'s table (its exit status is 1 on a blocker)."""
-    run = subprocess.run([sys.executable, "-m", "helpers.preflight"], cwd=ROOT, text=True,
+    run = subprocess.run([sys.executable, "-m", "helpers.machine.preflight"], cwd=ROOT, text=True,
                          capture_output=True, timeout=300)
     return f"```\n{(run.stdout + run.stderr).strip()}\n```\nexit status {run.returncode}", True
 

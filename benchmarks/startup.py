@@ -29,8 +29,8 @@ os.environ.setdefault("IPP_NONINTERACTIVE", "1")
 import torch  # noqa: F401 - imported before timing, as a notebook's setup cell does
 
 from helpers import start_cluster
-from helpers.launch import run_watched, torchrun_command
-from helpers.topology import loopback_interface
+from helpers.cluster.topology import loopback_interface
+from helpers.jobs.launch import run_watched, torchrun_command
 
 SCRIPT = textwrap.dedent("""
     import os, sys, torch, torch.distributed as dist

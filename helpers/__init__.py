@@ -1,8 +1,14 @@
-"""Shared plumbing for the distributed PyTorch course; each module names its notebook."""
+"""The course's helpers. What the notebooks import sits here, at the top, named after what
+it teaches (each module's docstring names the notebook that introduces it); the machinery
+that runs the cluster and judges the exercises lives in the subpackages (README: "What is in
+helpers/").
+"""
 
+from .calls import table as calltable
+from .calls import trace as calltrace
 from .cluster import Cluster, ClusterError, RankInfo, current_cluster, start_cluster
 from .cluster.px import RankError
-from .topology import ClusterConfigError
+from .cluster.topology import ClusterConfigError, second_gpu
 
 __all__ = [
     "Cluster",
@@ -10,6 +16,9 @@ __all__ = [
     "ClusterError",
     "RankError",
     "RankInfo",
+    "calltable",
+    "calltrace",
     "current_cluster",
+    "second_gpu",
     "start_cluster",
 ]

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .cluster.topology import shared_folder
 from .text import first_line
-from .topology import shared_folder
 
 TEMP_SUFFIX = ".partial"
 CHECKSUM_KEY = "_sha256"

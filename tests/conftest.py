@@ -40,7 +40,7 @@ def _healthy(cluster):
     """The shared cluster, restarted first if one of its ranks died in an earlier test, so that
     one crash fails one test, not every test after it. (A planted wrong answer once crashed an
     engine: a segfault inside gloo while its timed-out group was replaced.)"""
-    from helpers.cluster.px import dead_ranks
+    from helpers.cluster.replies import dead_ranks
 
     if cluster.client is None:
         pytest.fail("the shared test cluster was stopped when the notebooks began: run the unit "

@@ -12,7 +12,7 @@ import os
 import psutil
 import pytest
 
-from helpers.cluster.px import is_dead
+from helpers.cluster.replies import is_dead
 
 REQUIRE = "COURSE_REQUIRE_SYSTEM"
 

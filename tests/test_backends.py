@@ -1,4 +1,4 @@
-"""The point-to-point probes of helpers.backends (notebook 01), on real gloo ranks."""
+"""The point-to-point probes of helpers.machine.backends (notebook 01), on real gloo ranks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 
 from helpers import start_cluster
-from helpers.backends import P2P_PROBES, backend_works, probe_support
+from helpers.machine.backends import P2P_PROBES, backend_works, probe_support
 
 
 def test_p2p_probes_need_two_ranks(tmp_path):
@@ -22,7 +22,7 @@ def test_p2p_probes_need_two_ranks(tmp_path):
 def test_gloo_has_tags_and_receives_from_any_source_on_three_ranks():
     with start_cluster(n=3, activate=False) as cluster:
         cluster.view.execute(
-            "from helpers.backends import P2P_PROBES, backend_works, probe_support\n"
+            "from helpers.machine.backends import P2P_PROBES, backend_works, probe_support\n"
             "p2p = probe_support(device, probes=P2P_PROBES)\n"
             "t = torch.ones(1); dist.all_reduce(t); after = t.item()"  # the group still works
         )
@@ -31,7 +31,7 @@ def test_gloo_has_tags_and_receives_from_any_source_on_three_ranks():
         assert cluster.view["after"] == [3.0] * 3
         # on a group that leaves rank 0 out, peers are group ranks translated to global ranks
         cluster.view.execute(
-            "from helpers.backends import PROBES\n"
+            "from helpers.machine.backends import PROBES\n"
             "sub = dist.new_group([1, 2])\n"
             "sub_table = probe_support(device, sub, {**PROBES, **P2P_PROBES}) if rank else None"
         )

@@ -1,4 +1,4 @@
-"""Lining up the records of several ranks (helpers.calltable), on made-up records."""
+"""Lining up the records of several ranks (helpers.calls.table), on made-up records."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The call recorder (helpers.calltrace) in this process, on a process group of one rank."""
+"""The call recorder (helpers.calls.trace) in this process, on a process group of one rank."""
 
 from __future__ import annotations
 

@@ -24,9 +24,9 @@ def test_environment_yml_matches_pyproject():
 
 
 def test_torch_is_the_tested_range_everywhere():
-    """pyproject.toml asks for helpers/torch_build.py's range, the tested releases lie in it
+    """pyproject.toml asks for helpers/machine/torch_build.py's range, the tested releases lie in it
     (its two ends), and the README names them."""
-    from helpers.torch_build import REQUIREMENT, TESTED, bounds, in_range, release
+    from helpers.machine.torch_build import REQUIREMENT, TESTED, bounds, in_range, release
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert [d for d in project["dependencies"] if d.startswith("torch")] == [REQUIREMENT]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from helpers import start_cluster
-from helpers.calltable import rows, table
-from helpers.calltrace import fetch
+from helpers.calls.table import rows, table
+from helpers.calls.trace import fetch
 from helpers.faults import provoke
 
 TIMEOUT = 2

@@ -11,7 +11,7 @@ import textwrap
 import psutil
 import pytest
 
-from helpers.launch import (
+from helpers.jobs.launch import (
     free_port,
     listening_addresses,
     loopback_env,
@@ -96,7 +96,7 @@ def test_listening_addresses_are_psutils_and_a_bound_or_connected_socket_is_no_l
 def test_addresses_are_read_as_the_kernel_writes_them(hex_ip, family, text):
     """Every address, the wildcards included, as /proc/net/tcp[6] spells it (32-bit words in
     the host's byte order): the loopback-only checks must see a wildcard listener as one."""
-    from helpers.launch import _proc_address
+    from helpers.jobs.launch import _proc_address
 
     assert _proc_address(hex_ip, family) == text
 
@@ -146,7 +146,7 @@ def test_free_port_and_loopback_env():
 
 
 def test_pinned_runs_the_command_through_pinstore():
-    assert pinned(["torchrun", "x.py"])[1:] == ["-m", "helpers.pinstore", "torchrun", "x.py"]
+    assert pinned(["torchrun", "x.py"])[1:] == ["-m", "helpers.jobs.pinstore", "torchrun", "x.py"]
 
 
 def test_a_torchrun_run_leaves_nothing_in_the_temporary_folder(tmp_path, monkeypatch):

@@ -1,7 +1,7 @@
 """Notebook 07's exercise checkers (helpers/exercises/launching.py): right answers written
 another way pass, and the made-up cases hold what the exercises' texts promise to try.
 The planted wrong answers are in tests/answers.py (IN_NOTEBOOK), run by test_exercises.py.
-Also the notebook's port helper, helpers.launch.free_ports."""
+Also the notebook's port helper, helpers.jobs.launch.free_ports."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from answers import IN_NOTEBOOK, define
 
 from helpers.exercises import launching
-from helpers.launch import free_ports
+from helpers.jobs.launch import free_ports
 
 OTHER_RIGHT_ENV_FOR = {
     "with the four other variables the inputs decide": '''

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from helpers import backends
 from helpers.exercises.cluster import FORBIDDEN, names_read
 from helpers.exercises.point_to_point import messages, posted_together, ring_neighbours
+from helpers.machine import backends
 from helpers.text import backend_message
 
 

@@ -18,7 +18,7 @@ import pytest
 from system import alive, listening_outside_loopback, need, net_namespace
 
 from helpers.cluster import ClusterError, start_cluster
-from helpers.topology import own_network
+from helpers.cluster.topology import own_network
 
 ALL_REDUCE = ("t = torch.ones(1, device=device); dist.all_reduce(t); "
               "assert t.item() == world_size, f'rank {rank}: all_reduce gave {t.item()}'")

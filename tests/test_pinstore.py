@@ -1,4 +1,4 @@
-"""helpers.pinstore: a TCPStore hosted by a pinned process listens on the address it is given."""
+"""helpers.jobs.pinstore: a TCPStore hosted by a pinned process listens on the address given."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from helpers.launch import run_watched
-from helpers.pinstore import PARAMETERS, listening_socket, pinned_arguments
+from helpers.jobs.launch import run_watched
+from helpers.jobs.pinstore import PARAMETERS, listening_socket, pinned_arguments
 
 
 def test_a_hosting_store_gets_a_socket_bound_to_its_host_and_the_real_port():
@@ -43,7 +43,7 @@ def test_listening_socket_on_a_free_port():
 PINNED_STORE = textwrap.dedent("""
     import torch.distributed as dist
     import sys
-    from helpers.pinstore import USERS, pin
+    from helpers.jobs.pinstore import USERS, pin
     pin()
     assert all(sys.modules[name].TCPStore is dist.TCPStore for name in USERS)
     store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, wait_for_workers=False)
@@ -61,5 +61,5 @@ def test_a_pinned_process_hosts_its_store_on_loopback_only():
 
 
 def test_without_arguments_it_says_how_to_run_it():
-    run = run_watched([sys.executable, "-m", "helpers.pinstore"], timeout=30)
-    assert run.returncode == 1 and "python -m helpers.pinstore torchrun ARGS" in run.output
+    run = run_watched([sys.executable, "-m", "helpers.jobs.pinstore"], timeout=30)
+    assert run.returncode == 1 and "python -m helpers.jobs.pinstore torchrun ARGS" in run.output

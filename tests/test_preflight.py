@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from helpers import preflight
-from helpers.preflight import BLOCKER, NOTE, OK
+from helpers.machine import preflight
+from helpers.machine.preflight import BLOCKER, NOTE, OK
 
 
 def test_verdicts_say_what_to_do():
@@ -40,7 +40,7 @@ def test_the_figures_stored_in_notebook_02_are_found():
 
 
 def test_make_check_passes_on_this_machine():
-    done = subprocess.run([sys.executable, "-m", "helpers.preflight"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "helpers.machine.preflight"], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "This machine is ready for the course." in done.stdout

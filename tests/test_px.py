@@ -7,7 +7,8 @@ import sys
 from contextlib import contextmanager
 
 from helpers.cluster.magics import labelled_by_rank, streamed_by_rank
-from helpers.cluster.px import describe_failure, is_dead
+from helpers.cluster.px import describe_failure
+from helpers.cluster.replies import is_dead
 
 
 def test_dead_rank_report_names_it_and_the_survivors_errors():
@@ -125,7 +126,7 @@ def test_live_output_that_came_before_streaming_keeps_one_display_per_rank(clust
 
 
 def test_a_report_of_dropped_ranks_says_why_once():
-    from helpers.cluster.px import DROPPED, WHY_DROPPED
+    from helpers.cluster.replies import DROPPED, WHY_DROPPED
 
     text = describe_failure({1: DROPPED, 2: DROPPED}, [], [], None)
     assert text.startswith("rank(s) [1, 2] did not run the code:"), text
@@ -157,7 +158,8 @@ def test_a_cell_that_a_rank_dropped_is_an_error_naming_it_never_a_success(cluste
 
     import pytest
 
-    from helpers.cluster.px import DROPPED, RankError
+    from helpers.cluster.px import RankError
+    from helpers.cluster.replies import DROPPED
 
     shell = _magic(cluster3)
     cluster3.view.execute("import time\ntime.sleep(60)", silent=False, block=False)
@@ -207,7 +209,7 @@ def test_timestamps_are_parsed_as_ipyparallel_parses_them_and_by_the_course_pars
     from ipyparallel import util
     from ipyparallel.client import asyncresult
 
-    from helpers.cluster.px import parse_date
+    from helpers.cluster.replies import parse_date
 
     assert util._parse_date is parse_date and asyncresult._parse_date is parse_date
     for text in ["2026-11-22T18:09:57.123456+00:00", "2026-11-22T18:09:57.123456Z",

@@ -23,7 +23,8 @@ import torch
 from system import alive, listening_outside_loopback, need, net_namespace
 
 from helpers import calltrace
-from helpers.cluster import ClusterError, slurm, start_cluster
+from helpers.cluster import ClusterError, start_cluster
+from helpers.cluster.launchers import slurm
 from helpers.cluster.px import RankError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,7 +26,7 @@ Python v3.11.7
 Thread 42 (idle): "MainThread"
     all_reduce (torch/distributed/distributed_c10d.py:3252)
     _exception_logger.<locals>.wrapper (torch/distributed/c10d_logger.py:83)
-    _wrap.<locals>.recorded (helpers/calltrace.py:132)
+    _wrap.<locals>.recorded (helpers/calls/trace.py:132)
     train_step (3436970586.py:3)
     <module> (3436970586.py:5)
     InteractiveShell.run_code (IPython/core/interactiveshell.py:3823)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from helpers.topology import (
+from helpers.cluster.topology import (
     DEFAULT_CPU_RANKS,
     ClusterConfigError,
     backend_for,
@@ -216,7 +216,7 @@ def test_a_network_namespace_of_ones_own_needs_a_user_namespace_unless_root():
     (("/dev/null", "/dev/nvme0"), []),
 ])
 def test_gpus_are_looked_for_in_torch_only_where_a_gpu_device_file_exists(files, found):
-    from helpers.cluster.launchers import gpu_device_files, visible_gpus
+    from helpers.cluster.launchers.base import gpu_device_files, visible_gpus
 
     assert gpu_device_files(files.__contains__) == found
     if not found:  # no device file: no GPU, whatever torch would have said

@@ -1,6 +1,7 @@
-"""make install's choice of PyTorch build (helpers/torch_build.py): each kind of machine, the
-COURSE_TORCH override, and the fallback when PyTorch's CPU index cannot be reached (the case on
-the machine the course is tested on). Indexes here are local servers on 127.0.0.1."""
+"""make install's choice of PyTorch build (helpers/machine/torch_build.py): each kind of
+machine, the COURSE_TORCH override, and the fallback when PyTorch's CPU index cannot be
+reached (the case on the machine the course is tested on). Indexes here are local servers on
+127.0.0.1."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 
 import pytest
 
-from helpers.torch_build import BuildError, choose, in_range, pip_args, venv_args
+from helpers.machine.torch_build import BuildError, choose, in_range, pip_args, venv_args
 
 
 @pytest.mark.parametrize("system, nvidia, override, source", [

@@ -20,7 +20,7 @@ from typing import Any
 import ipyparallel as ipp
 import psutil
 
-from . import px
+from . import replies
 from .errors import START_ADVICE, ClusterError
 from .watchdog import MARKER, end_processes
 
@@ -99,7 +99,7 @@ class Controller:
         pattern = f"ipcontroller-*-{side}.json"
 
         def wait_a_moment(what: str) -> None:  # what the controller has not done yet
-            if px.is_dead(self.ipp.controller.pid):
+            if replies.is_dead(self.ipp.controller.pid):
                 raise ClusterError(f"the controller exited before it had {what}.\n{START_ADVICE}")
             if time.monotonic() > deadline:
                 raise ClusterError(f"the controller had not {what} after {limit:g} s."
@@ -125,7 +125,7 @@ class Controller:
     def gone(self) -> bool:
         """True if a process of the controller (the hub or a scheduler) has exited: then no
         message reaches the ranks any more."""
-        return any(px.is_dead(pid) for pid in self.pids)
+        return any(replies.is_dead(pid) for pid in self.pids)
 
     def end_remains(self) -> None:
         """End what is left of a dead controller and close the client (before a new start)."""

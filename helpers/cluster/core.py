@@ -26,7 +26,11 @@ from typing import Any
 import ipyparallel as ipp
 
 from ..text import first_line, table
-from ..topology import (
+from . import engine, interrupts, magics, px, replies, stacks, watchdog
+from .controller import Controller
+from .errors import START_ADVICE, ClusterError
+from .launchers import Launcher, RankInfo, launcher_class, log_tail
+from .topology import (
     choose_backend,
     choose_launcher,
     device_for,
@@ -36,10 +40,6 @@ from ..topology import (
     resolve_world_size,
     threads_per_rank,
 )
-from . import engine, interrupts, magics, px, stacks, watchdog
-from .controller import Controller
-from .errors import START_ADVICE, ClusterError
-from .launchers import Launcher, RankInfo, launcher_class, log_tail
 from .watchdog import course_processes, end_processes
 
 __all__ = ["Cluster", "ClusterError", "RankInfo", "current_cluster", "start_cluster"]
@@ -133,7 +133,7 @@ class Cluster:
         pids = self.launcher.start_engines(logs)
         while len(new := set(self.client.ids) - old) < self.world_size:
             self.launcher.watch_start(logs[0], len(new), deadline)
-            dead = [pid for pid in pids if px.is_dead(pid)]
+            dead = [pid for pid in pids if replies.is_dead(pid)]
             if dead or time.monotonic() > deadline:
                 raise ClusterError(self._missing_message(pids, logs, len(new), dead))
             time.sleep(0.01)
@@ -202,7 +202,7 @@ class Cluster:
         """
         chosen = self._chosen(ranks)
         here = socket.gethostname()
-        found = {r.rank: "process gone" for r in chosen if px.rank_gone(r, self.client)}
+        found = {r.rank: "process gone" for r in chosen if replies.rank_gone(r, self.client)}
         senders = {}  # ranks on other hosts that the launcher can signal there
         for r in chosen:
             if r.rank in found:
@@ -230,7 +230,7 @@ class Cluster:
         chosen = self._chosen(ranks)
         interrupts.halt(self.client, chosen, lambda busy: None)
         self.signal("SIGINT", [r.rank for r in chosen])
-        if busy := px.wait_idle(self.client, chosen, px.INTERRUPT_WAIT):
+        if busy := replies.wait_idle(self.client, chosen, px.INTERRUPT_WAIT):
             print(px.still_running(busy, "SIGINT"))
 
     def signal(self, sig: str | int, ranks: list[int] | None = None) -> None:
@@ -242,7 +242,7 @@ class Cluster:
         """(Re-)form the process group on the live engines, with a fresh rendezvous store."""
         if self.controller_gone():
             raise ClusterError(px.CONTROLLER_GONE)
-        gone = px.dead_ranks(self.ranks, self.client)
+        gone = replies.dead_ranks(self.ranks, self.client)
         if gone:
             raise ClusterError(f"rank(s) {gone} died, so no group can be formed on these engines;"
                                " call cluster.restart() to start fresh engines")
@@ -303,7 +303,7 @@ class Cluster:
         if _current is self:
             _current = None
         live = [r.engine_id for r in self.ranks
-                if r.rank not in px.dead_ranks(self.ranks, self.client)]
+                if r.rank not in replies.dead_ranks(self.ranks, self.client)]
         if self.client is not None and live and not self.controller_gone():
             try:
                 self.client[live].apply_async(engine.leave_process_group).get(5)

@@ -11,7 +11,7 @@ import socket
 from datetime import timedelta
 from typing import Any
 
-from ..topology import backend_for, group_backend, interface_with
+from .topology import backend_for, group_backend, interface_with
 
 _store_socket: socket.socket | None = None  # rank 0 on several hosts: the store's listening socket
 
@@ -89,7 +89,7 @@ def open_store(towards: str) -> dict[str, Any]:
     """On rank 0 of a group spread over hosts: bind the rendezvous store's socket to this host's
     address on the network shared with towards (the controller's address), not to every
     interface; the store itself starts in join_process_group. Returns where the others find it."""
-    from ..pinstore import listening_socket
+    from ..jobs.pinstore import listening_socket
 
     global _store_socket
     if _store_socket is not None:
@@ -141,7 +141,7 @@ def join_process_group(
         # that drives two GPUs (notebook 04, step 11) needs both; torch.cuda.set_device above
         # makes `device` the rank's GPU for everything else
     )
-    from .. import calltrace
+    from ..calls import trace as calltrace
 
     calltrace.install()  # a fresh record of this rank's calls for the new group (notebook 06)
     if stack_dir is not None:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 PRELOAD = ("torch", "torch.distributed", "torch.nn", "numpy", "ipyparallel.engine.app",
-           "ipykernel.ipkernel", "helpers.cluster.engine", "helpers.calltrace")
+           "ipykernel.ipkernel", "helpers.cluster.engine", "helpers.calls.trace")
 
 
 class ForkServerError(RuntimeError):

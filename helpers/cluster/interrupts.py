@@ -33,6 +33,8 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
+from .replies import error_of
+
 ABORT_WAIT = 1.0  # seconds to wait for the engines to confirm they will drop an unstarted request
 
 
@@ -114,7 +116,6 @@ def report(result: Any, rank_of: dict[int, Any], pending: set[str], busy: list[i
     """One sentence per outcome: stopped, never got it, had finished, failed, still running."""
     from ipyparallel import error as ipp_error
 
-    from .px import error_of  # (helpers.cluster.px imports this module)
 
     kinds: dict[str, list[int]] = {}
     for msg_id, engine_id, future in zip(result.msg_ids, result._targets, result._children):

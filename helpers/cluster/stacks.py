@@ -27,7 +27,7 @@ from pathlib import Path
 
 STACK_SIGNAL = signal.SIGUSR1
 # frames that only wrap the call the learner made (the course's record, torch's logger)
-WRAPPERS = ("helpers/calltrace.py", "torch/distributed/c10d_logger.py")
+WRAPPERS = ("helpers/calls/trace.py", "torch/distributed/c10d_logger.py")
 _PY_SPY_FRAME = re.compile(r"^\s+(?P<func>\S.*?) \((?P<file>[^()]*):(?P<line>\d+)\)\s*$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _FAULTHANDLER_FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*)$')

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import trial
+from . import state
 from .core import Problem, describe, judge_cases, value_problem
 
 ENVIRON = "the environment (os.environ)"
@@ -33,18 +33,18 @@ def _judge(name: str, fn: Callable[..., Any], cases: Sequence[tuple[str, tuple, 
     """judge_cases (the value, the arguments, os.environ), and also: the global random
     generators (Python's, torch's, numpy's) left as they were, and a new value on every call,
     not one dict or list that a later call changes (a default argument or a global)."""
-    state = {"case": -1}
+    at = {"case": -1}
     kept: dict[int, tuple[str, Any, Any]] = {}  # id -> (label, the object, its value then)
 
     def run(*args: Any) -> Any:
-        state["case"] += 1  # judge_cases calls fn once per case, in order
-        before = trial._global_state()
+        at["case"] += 1  # judge_cases calls fn once per case, in order
+        before = state.snapshot()
         try:
             got = fn(*args)
         finally:
-            changed = [n for n in trial._changes(before, trial._global_state()) if n != ENVIRON]
+            changed = [n for n in state.changed(before, state.snapshot()) if n != ENVIRON]
             if changed:  # put the generators back; judge_cases names and restores os.environ
-                trial._restore({**before, ENVIRON: dict(os.environ)})
+                state.restore({**before, ENVIRON: dict(os.environ)})
         return _SideEffect(got, changed) if changed else got
 
     def judged(got: Any, right: Any) -> str | None:
@@ -53,7 +53,7 @@ def _judge(name: str, fn: Callable[..., Any], cases: Sequence[tuple[str, tuple, 
             return (f"its answer, but changed {' and '.join(got.changed)}: leave {them} as "
                     f"{name} found {them} (draw from a generator of your own, random.Random() "
                     "or torch.Generator(), or from none)")
-        label = cases[state["case"]][0]
+        label = cases[at["case"]][0]
         if isinstance(got, dict | list):
             kind = type(got).__name__
             if (earlier := kept.get(id(got))) is not None and earlier[2] != got:

@@ -8,7 +8,7 @@ import torch
 
 from ..sharding import padded_shard
 from .core import Calls, Exercise
-from .means import no_communication, numel, ops
+from .means import collectives_only, no_communication, numel, ops
 
 
 def _length(seed: int, size: int) -> int:
@@ -190,8 +190,8 @@ SCATTERS = ("reduce_scatter_single", "reduce_scatter_tensor", "reduce_scatter")
 def _step_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
     if not observed["grad kept"]:
         return "changed grad: leave this rank's gradient as it was (work on a padded copy)"
-    if p2p := ops(calls, "p2p"):
-        return f"called {sorted(set(p2p))}: collectives only, please"
+    if problem := collectives_only(calls, rank, size, observed):
+        return problem
     made = ops(calls, "collective")
     if "all_reduce" in made:
         return ("called all_reduce: reduce-scatter the gradient instead (each rank needs the "

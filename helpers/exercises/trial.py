@@ -10,7 +10,7 @@ The learner's code reads ``rank``, ``world_size`` and ``dist`` from the engine's
 a run on a group, those names are rebound for the learner's functions (and the functions they
 call): ``rank`` and ``world_size`` are the group's, and ``dist`` is ``GroupDist``, which sends
 every call to the group and reads every peer (``dst``, ``src``, ``peer``) as a group rank.
-The course's call record (``helpers.calltrace``) sees each call, so a checker can also judge
+The course's call record (``helpers.calls.trace``) sees each call, so a checker can also judge
 how a value was produced (point-to-point only, one collective, no communication at all...).
 """
 
@@ -26,6 +26,7 @@ from typing import Any
 
 from ..cluster.px import to_cpu
 from ..text import first_line
+from . import state
 
 PEERS = {"dst": "group_dst", "src": "group_src"}
 RETURNS_A_PEER = ("recv",)
@@ -77,7 +78,7 @@ class GroupDist:
         real_op = getattr(self._dist, getattr(op, "real_name", getattr(op, "__name__", "")))
         on = self._ours(group)
         size = self._dist.get_world_size(on)
-        if peer is not None and not 0 <= peer < size:  # as helpers.calltrace says it
+        if peer is not None and not 0 <= peer < size:  # as helpers.calls.trace says it
             side = "to" if "send" in real_op.__name__ else "from"
             raise ValueError(f"rank {self._dist.get_rank(on)}: {real_op.__name__} {side} rank "
                              f"{peer}, which is not a rank of the group (its ranks are "
@@ -121,7 +122,7 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
-    from .. import calltrace
+    from ..calls import trace as calltrace
 
     rank, size = dist.get_rank(group), dist.get_world_size(group)
     world = rebound(namespace, {"dist": GroupDist(group), "rank": rank, "world_size": size,
@@ -132,7 +133,7 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
                                "observed": None}
     with torch.random.fork_rng(devices=[]):  # the inputs leave the learner's generator alone
         args = exercise.make_args(rank, size, device, group, seed)
-    before = _global_state()
+    before = state.snapshot()
     bookmark = calltrace.mark()
     # what the learner's code calls without naming a group (DistributedDataParallel, for one)
     # takes the default group: for the time of the call, that is the trial's group, so that a
@@ -148,8 +149,8 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
     finally:  # the copy and its functions refer to each other: break the cycle, which would
         c10d._update_default_pg(default)
         world.clear()  # keep the group (its sockets and threads) alive until a garbage collection
-    outcome["side_effects"] = _changes(before, _global_state())
-    _restore(before)  # the check leaves the rank as it found it, whatever the answer did
+    outcome["side_effects"] = state.changed(before, state.snapshot())
+    state.restore(before)  # the check leaves the rank as it found it, whatever the answer did
     group_ranks = tuple(dist.get_process_group_ranks(group))
     outcome["calls"] = [{k: e[k] for k in ("op", "kind", "peer", "parts", "shapes", "state")}
                         for e in calltrace.since(bookmark) if e["group_ranks"] == group_ranks]
@@ -163,65 +164,6 @@ def error_text(error: BaseException, lines: int = 4, width: int = 400) -> str:
     text = " / ".join(shown)
     text = text if len(text) <= width else text[:width - 3] + "..."
     return f"{type(error).__name__}: {text}" if text else first_line(error)
-
-
-# variables torch sets for itself the first time a part of it is used, not the learner: the
-# compiler's cache folder (torch/_inductor/runtime/cache_dir_utils.py), which building a
-# DistributedDataParallel sets
-TORCH_SETS = ("TORCHINDUCTOR_CACHE_DIR",)
-
-
-def _global_state() -> dict[str, Any]:
-    """What an answer must leave as it found it: the global random generators (torch's, on
-    the CPU and the GPUs; Python's; numpy's) and the environment."""
-    import random
-
-    import numpy as np
-    import torch
-
-    state = {"torch's random generator": torch.get_rng_state(),
-             "Python's random generator": random.getstate(),
-             "numpy's random generator": np.random.get_state(legacy=False),
-             "the environment (os.environ)": {k: v for k, v in os.environ.items()
-                                              if k not in TORCH_SETS}}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["torch's CUDA random generators"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _restore(state: dict[str, Any]) -> None:
-    """Put back what _global_state() read: the generators and the environment."""
-    import random
-
-    import numpy as np
-    import torch
-
-    torch.set_rng_state(state["torch's random generator"])
-    random.setstate(state["Python's random generator"])
-    np.random.set_state(state["numpy's random generator"])
-    if "torch's CUDA random generators" in state:
-        torch.cuda.set_rng_state_all(state["torch's CUDA random generators"])
-    torchs = {k: os.environ[k] for k in TORCH_SETS if k in os.environ}
-    os.environ.clear()
-    os.environ.update(state["the environment (os.environ)"], **torchs)
-
-
-def _changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    """The names of what differs between two _global_state()s."""
-    import torch
-
-    def same(a: Any, b: Any) -> bool:
-        if isinstance(a, torch.Tensor):
-            return torch.equal(a, b)
-        if isinstance(a, list | tuple):
-            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-        if isinstance(a, dict):
-            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-        if hasattr(a, "shape"):  # a numpy array
-            return bool((a == b).all())
-        return a == b
-
-    return [name for name in before if name in after and not same(before[name], after[name])]
 
 
 def run(exercise: Any, seed: int, timeout_s: float = 5.0) -> dict[str, Any]:

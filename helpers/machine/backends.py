@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from .text import first_line
+from ..text import first_line
 
 Probe = Callable[[int, int, torch.device, object], bool]
 

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import engine
+from ..errors import START_ADVICE, ClusterError
 from ..topology import (
     controller_address,
     gpus_per_node,
@@ -29,12 +31,10 @@ from ..topology import (
     shared_folder,
     threads_per_rank,
 )
-from . import engine
-from .errors import START_ADVICE, ClusterError
-from .launchers import Launcher, log_tail
+from .base import Launcher, log_tail
 
 if TYPE_CHECKING:
-    from .launchers import RankInfo
+    from .base import RankInfo
 
 COMMANDS = ("sbatch", "squeue", "scancel", "srun")
 # states in which no process of the job runs any more (squeue keeps them a few minutes)

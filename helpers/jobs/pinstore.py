@@ -7,9 +7,9 @@ socket that the caller has bound itself. ``pin()`` makes every store this proces
 that, bound to the address the store was given (127.0.0.1 in the course). Run a launcher or
 a script pinned with::
 
-    python -m helpers.pinstore torchrun ARGS...      # torchrun, its agents' stores pinned
-    python -m helpers.pinstore -m MODULE ARGS...     # e.g. -m torch.distributed.launch
-    python -m helpers.pinstore SCRIPT ARGS...        # a script that calls init_process_group
+    python -m helpers.jobs.pinstore torchrun ARGS...      # torchrun, its agents' stores pinned
+    python -m helpers.jobs.pinstore -m MODULE ARGS...     # e.g. -m torch.distributed.launch
+    python -m helpers.jobs.pinstore SCRIPT ARGS...        # a script that calls init_process_group
 
 On a cluster, bind to the nodes' private network instead, or keep the port behind a firewall.
 """
@@ -78,7 +78,7 @@ def pin() -> None:
 
 
 def main(argv: list[str]) -> None:
-    """python -m helpers.pinstore (torchrun | -m MODULE | SCRIPT) ARGS..."""
+    """python -m helpers.jobs.pinstore (torchrun | -m MODULE | SCRIPT) ARGS..."""
     if not argv:
         raise SystemExit("usage:\n" + __doc__.split("::")[1].strip("\n").split("\n\n")[0])
     pin()

@@ -11,14 +11,14 @@ Which release: any in the tested range (``REQUIREMENT``, also in pyproject.toml)
 PyTorch the learner or the site already has is kept: a ``.venv`` that holds one in range keeps
 it, and where the Python that makes the venv has one in range (a site's module, a conda
 environment), ``make install`` makes the venv with ``--system-site-packages`` and uses it
-(``python3 helpers/torch_build.py --venv-args``). ``make install TORCH=2.13.0`` asks for one
+(``python3 helpers/machine/torch_build.py --venv-args``). ``make install TORCH=2.13.0`` asks for one
 release exactly.
 
 Run by the Makefile with the system's Python, before the course's packages exist: the standard
 library only. It prints the pip arguments to add (none, or ``--extra-index-url URL``) and says
 what it chose on stderr.
 
-    python3 helpers/torch_build.py
+    python3 helpers/machine/torch_build.py
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Line up the call records of all ranks by sequence number and flag where they disagree.
 
-Introduced in notebook 06. ``rows(traces)`` turns the records that ``helpers.calltrace.fetch``
+Introduced in notebook 06. ``rows(traces)`` turns the records that ``helpers.calls.trace.fetch``
 pulled from every rank into rows: one row per collective (the n-th collective of a group, on
 every rank), and before it the point-to-point calls made since the previous collective.
 A row gets a problem when ranks disagree: a rank that never made the call, different
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .calltrace import SENDS
-from .text import table as text_table
+from ..text import table as text_table
+from .trace import SENDS
 
 Entry = dict[str, Any]
 Traces = dict[int, "list[Entry] | str"]

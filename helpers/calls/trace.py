@@ -8,7 +8,7 @@ An entry says which operation, on which group, with which shapes and dtype, to o
 peer, and how it ended. Collectives carry their sequence number in the group (the n-th
 collective of a group must be the same operation on every rank); a point-to-point call carries
 the number of collectives before it. ``fetch(cluster)`` pulls every rank's entries into the
-notebook; ``helpers.calltable`` lines them up.
+notebook; ``helpers.calls.table`` lines them up.
 
 A point-to-point call whose peer is not a rank of its group (``dst=world_size``, a ring that
 forgot its ``% world_size``) is refused with a ValueError that names the rank and the peer: gloo
@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .text import first_line
+from ..text import first_line
 
 COLLECTIVES = (
     "all_reduce", "all_reduce_coalesced", "broadcast", "reduce", "all_gather",
@@ -272,7 +272,7 @@ def fetch(cluster: Any, timeout: float = 10.0) -> dict[int, list[dict[str, Any]]
     A rank still blocked in a collective answers only when that collective returns (at the
     process group's timeout), so the wait is bounded by `timeout` seconds.
     """
-    from .cluster.px import dead_ranks
+    from ..cluster.replies import dead_ranks
 
     gone = set(dead_ranks(cluster.ranks, cluster.client))
     pending = {ri.rank: cluster.client[ri.engine_id].apply_async(records)

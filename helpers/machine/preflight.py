@@ -6,7 +6,7 @@ CPU ranks) and its time, the point-to-point and all_reduce bandwidth beside the 
 in notebook 02, the free disk where checkpoints go, and which optional parts are present.
 Each line that is not fine says what to do. The exit status is 1 if a line is a blocker.
 
-    .venv/bin/python -m helpers.preflight        (what `make check` runs)
+    .venv/bin/python -m helpers.machine.preflight        (what `make check` runs)
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from ..cluster.launchers import slurm
+from ..text import format_bytes, table
 from . import torch_build
-from .cluster import slurm
-from .text import format_bytes, table
 
 OK, NOTE, BLOCKER = "ok", "note", "BLOCKER"
 PINNED = {"torch": torch_build.REQUIREMENT, "ipyparallel": "9.2.0"}
-NOTEBOOK_02 = Path(__file__).resolve().parent.parent / "notebooks" / "02_collectives.ipynb"
+NOTEBOOK_02 = Path(__file__).resolve().parents[2] / "notebooks" / "02_collectives.ipynb"
 
 
 @dataclass
@@ -125,8 +125,8 @@ def _measure(nbytes: int, repeats: int) -> dict[str, float]:
 
 def cluster_lines(backend: str, n: int, nbytes: int = 16 * 2**20) -> list[Line]:
     """Start a cluster of n ranks on backend, all_reduce, time it; bandwidths on 2+ ranks."""
-    from . import start_cluster
-    from .timing import algbw, busbw
+    from .. import start_cluster
+    from ..timing import algbw, busbw
 
     what = f"cluster: {n} rank(s), {backend}"
     started = time.perf_counter()
@@ -184,9 +184,9 @@ def environment_bytes(prefix: str = sys.prefix) -> int:
 
 def report() -> list[Line]:
     """Every check, in the order of the table."""
-    from .cluster.launchers import visible_gpus
-    from .cluster.stacks import py_spy
-    from .topology import choose_backend, resolve_world_size
+    from ..cluster.launchers.base import visible_gpus
+    from ..cluster.stacks import py_spy
+    from ..cluster.topology import choose_backend, resolve_world_size
 
     lines = [python_line(sys.version_info[:3])]
     for name in PINNED:

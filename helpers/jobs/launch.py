@@ -24,9 +24,9 @@ from typing import Any
 
 import psutil
 
-from helpers.cluster.watchdog import wait_ended
-from helpers.text import live
-from helpers.topology import loopback_interface
+from ..cluster.topology import loopback_interface
+from ..cluster.watchdog import wait_ended
+from ..text import live
 
 
 @dataclass
@@ -187,8 +187,8 @@ def run_watched(
 
 def pinned(cmd: Sequence[str]) -> list[str]:
     """cmd (a script, `-m MODULE` or `torchrun` and its arguments) with its TCP stores pinned
-    to the address they are given (helpers.pinstore; notebook 07)."""
-    return [sys.executable, "-m", "helpers.pinstore", *cmd]
+    to the address they are given (helpers.jobs.pinstore; notebook 07)."""
+    return [sys.executable, "-m", "helpers.jobs.pinstore", *cmd]
 
 
 def free_port(host: str = "127.0.0.1") -> int:

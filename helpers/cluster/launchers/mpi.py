@@ -17,10 +17,10 @@ from pathlib import Path
 
 import psutil
 
+from ..errors import ClusterError
 from ..topology import mpi_arguments, own_network
-from .errors import ClusterError
-from .launchers import Launcher
-from .watchdog import end_processes
+from ..watchdog import end_processes
+from .base import Launcher
 
 
 class MpiLauncher(Launcher):

@@ -1,11 +1,9 @@
-"""How a cluster's engines start, stop and are reached: one class per launcher.
+"""What every launcher is: the base class, what a launcher reads of its cluster, and a rank.
 
-Introduced in notebook 00 (``start_cluster()``). ``LocalLauncher``, the default, forks the
-engines from a warm process on this machine; ``MpiLauncher`` (``helpers.cluster.mpi``) starts
-them with one ``mpiexec``; ``SlurmLauncher`` (``helpers.cluster.slurm``) runs them as a Slurm
-job spread over nodes. The ``Cluster`` holds what is common to all of them and asks its
-launcher for the rest; ``launcher_class`` is the one place that turns a launcher's name
-(``launcher=``, ``COURSE_LAUNCHER``) into its class.
+Introduced in notebook 00 (``start_cluster()``). Each launcher (``local``, ``mpi``, ``slurm``
+in this package) subclasses ``Launcher`` and overrides what it does differently; the
+``Cluster`` holds what is common to all of them and asks its launcher for the rest, through
+the members that ``ClusterView`` lists (and nothing else of the cluster).
 """
 
 from __future__ import annotations
@@ -18,17 +16,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import psutil
 
 from ..topology import loopback_interface
-from .errors import START_ADVICE, ClusterError
-from .forkserver import ForkServer, ForkServerError
-from .watchdog import MARKER, end_processes
-
-if TYPE_CHECKING:
-    from .core import Cluster
+from ..watchdog import MARKER, end_processes
 
 
 @dataclass(frozen=True)
@@ -43,6 +36,28 @@ class RankInfo:
     host: str
     device: str
     remote: bool = False  # on another host than the kernel (Slurm): reached through Slurm
+
+
+class ClusterView(Protocol):
+    """What a launcher reads and asks of the cluster it starts engines for (``core.Cluster``)."""
+
+    world_size: int
+    start_timeout: float
+    sbatch: list[str]
+    dir: Path  # the cluster's private folder
+    generation: int  # how many times the group has been formed
+    starts: int  # how many times engines have been started
+    ranks: list[RankInfo]
+    client: Any  # the ipyparallel Client
+    controller: Any  # its Controller
+
+    def engine_env(self) -> dict[str, str]: ...
+
+    def engine_argv(self) -> list[str]: ...
+
+    def gather(self, pending: dict[int, Any], what: str) -> list[Any]: ...
+
+    def tell_guard(self, line: str) -> None: ...
 
 
 # the device files a GPU torch.cuda can use needs: NVIDIA's driver, WSL's GPU, AMD's ROCm
@@ -101,7 +116,7 @@ class Launcher:
     def check_ready(cls) -> None:
         """Raise a ClusterError saying what to install if this machine cannot launch."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: ClusterView) -> None:
         self.cluster = cluster
         self.controller_ip = "127.0.0.1"  # where engines reach the controller
 
@@ -178,48 +193,3 @@ class Launcher:
         """A few words for make check, after the cluster's size ('' for the default)."""
         hosts = sorted({r.host for r in self.cluster.ranks})
         return f", launcher {self.name} on {', '.join(hosts)}"
-
-
-class LocalLauncher(Launcher):
-    """Engines forked on this machine from a warm process that has already imported torch."""
-
-    name = "local"
-
-    def __init__(self, cluster: Cluster) -> None:
-        super().__init__(cluster)
-        self.forkserver: ForkServer | None = None
-
-    def _new_forkserver(self) -> ForkServer:
-        return ForkServer(dict(os.environ, **self.cluster.engine_env()),
-                          self.cluster.dir / "forkserver.log")
-
-    def prepare(self) -> None:
-        self.forkserver = self._new_forkserver()  # its imports overlap the controller's
-
-    def start_engines(self, logs: list[Path]) -> list[int]:
-        if not self.forkserver.alive():
-            self.forkserver = self._new_forkserver()
-        c = self.cluster
-        try:
-            return self.forkserver.fork(
-                [{"argv": c.engine_argv(), "log": str(log)} for log in logs], c.start_timeout)
-        except ForkServerError as e:
-            raise ClusterError(
-                f"only 0 of {c.world_size} engines registered within "
-                f"{c.start_timeout:g} s: {e}.\n{START_ADVICE}") from e
-
-    def stop(self) -> None:
-        if self.forkserver is not None:
-            self.forkserver.stop()
-            self.forkserver = None
-
-    def describe(self) -> str:
-        return ""
-
-
-def launcher_class(name: str) -> type[Launcher]:
-    """The class of the launcher of this name (one of topology.LAUNCHERS)."""
-    from .mpi import MpiLauncher
-    from .slurm import SlurmLauncher
-
-    return {cls.name: cls for cls in (LocalLauncher, MpiLauncher, SlurmLauncher)}[name]

@@ -1,0 +1,69 @@
+"""What an answer must leave as it found it, read before and compared after every call that a
+checker makes of the learner's code: the global random generators and the environment.
+
+Used by ``trial`` (answers run on the ranks) and by the checkers of functions a learner runs
+in the notebook itself (``launching``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+# variables torch sets for itself the first time a part of it is used, not the learner: the
+# compiler's cache folder (torch/_inductor/runtime/cache_dir_utils.py), which building a
+# DistributedDataParallel sets
+TORCH_SETS = ("TORCHINDUCTOR_CACHE_DIR",)
+
+
+def snapshot() -> dict[str, Any]:
+    """What an answer must leave as it found it: the global random generators (torch's, on
+    the CPU and the GPUs; Python's; numpy's) and the environment."""
+    import random
+
+    import numpy as np
+    import torch
+
+    state = {"torch's random generator": torch.get_rng_state(),
+             "Python's random generator": random.getstate(),
+             "numpy's random generator": np.random.get_state(legacy=False),
+             "the environment (os.environ)": {k: v for k, v in os.environ.items()
+                                              if k not in TORCH_SETS}}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["torch's CUDA random generators"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore(state: dict[str, Any]) -> None:
+    """Put back what snapshot() read: the generators and the environment."""
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.set_rng_state(state["torch's random generator"])
+    random.setstate(state["Python's random generator"])
+    np.random.set_state(state["numpy's random generator"])
+    if "torch's CUDA random generators" in state:
+        torch.cuda.set_rng_state_all(state["torch's CUDA random generators"])
+    torchs = {k: os.environ[k] for k in TORCH_SETS if k in os.environ}
+    os.environ.clear()
+    os.environ.update(state["the environment (os.environ)"], **torchs)
+
+
+def changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The names of what differs between two snapshot()s."""
+    import torch
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, torch.Tensor):
+            return torch.equal(a, b)
+        if isinstance(a, list | tuple):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if hasattr(a, "shape"):  # a numpy array
+            return bool((a == b).all())
+        return a == b
+
+    return [name for name in before if name in after and not same(before[name], after[name])]

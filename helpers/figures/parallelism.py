@@ -1,0 +1,72 @@
+"""What a split model holds on each rank: memory per rank (08), each rank's slice of a split
+layer and a 2-D mesh's groups (09)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from .style import DPI
+
+
+def plot_memory(held: Mapping[str, Sequence[Sequence[int]]]) -> Figure:
+    """Bytes per rank (notebook 08): for each strategy, one stacked bar per rank of its
+    parameters, gradients and optimizer state, as counted from the tensors."""
+    parts, colours = ("parameters", "gradients", "moments (Adam)"), ("C0", "C1", "C2")
+    fig, axes = plt.subplots(1, len(held), figsize=(7, 2.4), dpi=DPI, sharey=True)
+    for ax, (name, ranks) in zip(np.atleast_1d(axes), held.items()):
+        bottom = np.zeros(len(ranks))
+        for k, (part, colour) in enumerate(zip(parts, colours)):
+            kib = np.array([r[k] for r in ranks]) / 1024
+            ax.bar(range(len(ranks)), kib, bottom=bottom, color=colour, label=part)
+            bottom += kib
+        ax.set_title(name, fontsize=9)
+        ax.set_xticks(range(len(ranks)), [f"r{r}" for r in range(len(ranks))], fontsize=7)
+    np.atleast_1d(axes)[0].set_ylabel("KiB held per rank")
+    handles, labels = np.atleast_1d(axes)[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="upper center", ncol=3, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.9))  # the legend above the panels, not over a bar
+
+
+def plot_weight_slices(d: int, h: int, world_size: int) -> Figure:
+    """Notebook 09: W1 (h x d) cut by rows and W2 (d x h) by columns, one colour per rank."""
+    fig, axes = plt.subplots(1, 2, figsize=(7, 2.6), dpi=DPI, width_ratios=[d, h])
+    rows = torch.arange(h) * world_size // h  # the rank holding each hidden unit
+    cmap, top = ("tab10", 9) if world_size <= 10 else ("tab20", 19)
+    for ax, grid, title in ((axes[0], rows[:, None].expand(h, d), f"W1 ({h} x {d}): rows"),
+                            (axes[1], rows[None, :].expand(d, h), f"W2 ({d} x {h}): columns")):
+        ax.imshow(grid, cmap=cmap, vmin=0, vmax=top, interpolation="nearest", aspect="auto")
+        ax.set_title(f"{title} by rank", fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    handles = [Rectangle((0, 0), 1, 1, color=plt.get_cmap(cmap)(r / top), label=f"rank {r}")
+               for r in range(world_size)]
+    fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=min(world_size, 8))
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig
+
+
+def plot_mesh(groups: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Figure:
+    """Notebook 09: a dp x tp mesh; each rank's tensor-parallel partners (its row) and
+    data-parallel partners (its column). groups[r] is rank r's (tp ranks, dp ranks)."""
+    place = {r: (list(tp).index(r), -list(dp).index(r)) for r, (tp, dp) in enumerate(groups)}
+    cols, rows = len(groups[0][0]), len(groups[0][1])
+    fig, ax = plt.subplots(figsize=(1.2 + 1.3 * cols, 1.4 + 0.8 * rows), dpi=DPI)
+    for r, (tp, dp) in enumerate(groups):
+        for partners, colour, label in ((tp, "C0", "tensor parallel"), (dp, "C1", "data parallel")):
+            (x0, y0), (x1, y1) = place[partners[0]], place[partners[-1]]
+            ax.plot([x0, x1], [y0, y1], color=colour, linewidth=3, label=label if r == 0 else None)
+    for r, (x, y) in place.items():
+        ax.text(x, y, f"rank {r}", ha="center", va="center", fontsize=9,
+                bbox={"boxstyle": "round", "facecolor": "white"})
+    ax.set_xlim(-0.5, cols - 0.5)
+    ax.set_ylim(-rows + 0.5, 0.5)
+    ax.axis("off")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=2)
+    fig.tight_layout()
+    return fig
