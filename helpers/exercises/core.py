@@ -9,6 +9,7 @@ import copy
 import math
 import os
 import random
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -196,7 +197,8 @@ def check(cluster: Any, exercise: Exercise, seed: int | None = None) -> None:
              for c in range(exercise.cases)]
     problems: list[str] = []
     for s in seeds:
-        pending = cluster.view.apply_async(trial.run, exercise, s, exercise.timeout)
+        token = uuid.uuid4().hex  # this trial's, on every rank
+        pending = cluster.view.apply_async(trial.run, exercise, s, exercise.timeout, token)
         try:
             results = pending.get(4 * exercise.timeout + 30)
         except Exception as e:

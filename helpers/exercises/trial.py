@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import inspect
 import os
+import threading
 import types
 import weakref
 from datetime import timedelta
@@ -166,10 +167,26 @@ def error_text(error: BaseException, lines: int = 4, width: int = 400) -> str:
     return f"{type(error).__name__}: {text}" if text else first_line(error)
 
 
-def run(exercise: Any, seed: int, timeout_s: float = 5.0) -> dict[str, Any]:
+def agree(token: str, what: str, mine: bytes, seconds: float) -> list[bytes]:
+    """Every rank's `mine` for this step of this trial, in rank order, through the world's
+    store: each rank writes its own key and waits for all of them. A barrier that also carries
+    a verdict, without a process group of its own (forming one costs a check more than all
+    else: tens of milliseconds of store round trips), and without touching the learner's groups.
+    The token, the same on every rank and new for every trial, keeps trials apart."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    store = c10d._get_default_store()
+    keys = [f"course-trial/{token}/{what}/{r}" for r in range(dist.get_world_size())]
+    store.set(keys[dist.get_rank()], mine)
+    store.wait(keys, timedelta(seconds=seconds))
+    return store.multi_get(keys)
+
+
+def run(exercise: Any, seed: int, timeout_s: float, token: str) -> dict[str, Any]:
     """On every rank: the learner's function run on all ranks, then (if the exercise makes
-    sense on one rank fewer, and the first run raised nowhere) on all ranks but the last."""
-    import torch
+    sense on one rank fewer, and the first run raised nowhere) on all ranks but the last.
+    token: new for every call, the same on every rank (``agree``)."""
     import torch.distributed as dist
     from IPython import get_ipython
 
@@ -178,26 +195,58 @@ def run(exercise: Any, seed: int, timeout_s: float = 5.0) -> dict[str, Any]:
         return {"missing": f"{exercise.name} is not defined on this rank: run the cell that "
                            "defines it"}
     device, n, me = namespace["device"], dist.get_world_size(), dist.get_rank()
+    verdict_s = 2 * timeout_s + 5  # how long a rank waits for the slowest to finish a run
     everyone = _group(list(range(n)), timeout_s)
-    verdict = _group(list(range(n)), 2 * timeout_s + 5, backend="gloo")
-    fewer = n - 1 >= exercise.min_size
-    smaller = _group(list(range(n - 1)), timeout_s) if fewer else None  # every rank calls it
     runs = {"full": _attempt(namespace, exercise, seed, everyone, device)}
-    fine = torch.tensor([0.0 if runs["full"]["error"] else 1.0])
-    dist.all_reduce(fine, op=dist.ReduceOp.MIN, group=verdict)  # all ranks are done, and agree
-    if smaller is not None and fine.item() == 1.0 and me < n - 1:
-        runs["smaller"] = _attempt(namespace, exercise, seed + 1, smaller, device)
-    dist.barrier(group=verdict)  # every rank is done with every file the runs used
+    fine = b"0" if runs["full"]["error"] else b"1"
+    agreed = agree(token, "full", fine, verdict_s)  # every rank is done with it, and knows how
+    smaller = None
+    if n - 1 >= exercise.min_size and set(agreed) == {b"1"}:
+        smaller = _group(list(range(n - 1)), timeout_s)  # every rank calls it, the last too
+        if me < n - 1:
+            runs["smaller"] = _attempt(namespace, exercise, seed + 1, smaller, device)
+    agree(token, "done", b"1", verdict_s)  # every rank is done with every file the runs used
     if exercise.cleanup is not None:
         exercise.cleanup(me, seed)
-    made = [weakref.ref(g) for g in (everyone, smaller, verdict) if not isinstance(g, int | None)]
-    for group in (everyone, smaller, verdict):
-        if group is not None and dist.get_rank(group) >= 0:  # the last rank is not in `smaller`
-            dist.destroy_process_group(group)
-    del everyone, smaller, verdict, group
-    if any(ref() is not None for ref in made):  # the learner's code kept one in a cycle
-        gc.collect()
+    mine = [g for g in (everyone, smaller) if g is not None and dist.get_rank(g) >= 0]
+    gloo = [dist.get_backend(g) == "gloo" for g in mine]  # the last rank is not in `smaller`
+    for group in mine:
+        dist.destroy_process_group(group)
+    del everyone, smaller, group
+    release([g for g, g_is_gloo in zip(mine, gloo) if g_is_gloo], mine)
     return runs
+
+
+_releasing: list[threading.Thread] = []
+
+
+def release(in_background: list[Any], groups: list[Any]) -> None:
+    """Drop the trial's last references to its groups, once destroyed: gloo's in a thread.
+
+    A gloo group's destructor waits for its transport's event loop once for every peer, about
+    10 ms each, with the GIL released: in a thread, that time overlaps the answer's trip back
+    to the notebook and the next check's start. Other backends' groups go here and now.
+    """
+    made = [weakref.ref(g) for g in groups]
+    later = list(in_background)
+    groups.clear()
+    in_background.clear()
+
+    def drop() -> None:
+        later.clear()
+        if any(ref() is not None for ref in made):  # the learner's code kept one in a cycle
+            gc.collect()
+
+    settle()  # the previous trial's, if not done yet: at most one release at a time
+    thread = threading.Thread(target=drop, name="course-trial-release", daemon=True)
+    thread.start()
+    _releasing.append(thread)
+
+
+def settle() -> None:
+    """Wait until the groups of every earlier trial on this rank are released."""
+    while _releasing:
+        _releasing.pop().join()
 
 
 # ---- files a learner's code opens (notebook 05: only rank 0 may read the checkpoint) ------
