@@ -71,8 +71,8 @@ class Kernel:
     def close(self) -> None:
         """Stop the cluster, if one is running, and the kernel (if it is still alive)."""
         if self.manager.is_alive():
-            self.run("from helpers.cluster.core import _current\n"
-                     "if _current is not None: _current.stop()", timeout=30)
+            self.run("from helpers.cluster.core import Cluster\n"
+                     "if Cluster.current is not None: Cluster.current.stop()", timeout=30)
             self.manager.shutdown_kernel(now=True)
         else:  # killed: close what the manager holds (its control socket, connection file)
             self.manager.cleanup_resources()

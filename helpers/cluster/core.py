@@ -31,25 +31,21 @@ from .controller import Controller
 from .errors import START_ADVICE, ClusterError
 from .launchers import Launcher, RankInfo, launcher_class, log_tail
 from .topology import (
-    choose_backend,
-    choose_launcher,
     device_for,
     local_ranks,
-    require_ranks,
-    resolve_nodes,
-    resolve_world_size,
     threads_per_rank,
 )
 from .watchdog import course_processes, end_processes
 
-__all__ = ["Cluster", "ClusterError", "RankInfo", "current_cluster", "start_cluster"]
+__all__ = ["Cluster", "ClusterError", "RankInfo"]
 
-_current: Cluster | None = None
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 class Cluster:
     """A running course cluster; also a context manager that stops it on exit."""
+
+    current: Cluster | None = None  # the one this kernel runs (start_cluster sets it)
 
     def __init__(self, world_size: int, backend: str, *, timeout: float, start_timeout: float,
                  cell_timeout: float, launcher: type[Launcher] | str = "local", nodes: int = 1,
@@ -299,9 +295,8 @@ class Cluster:
         Safe to call on a cluster that started only in part, and more than once.
         """
         atexit.unregister(self.stop)
-        global _current
-        if _current is self:
-            _current = None
+        if Cluster.current is self:
+            Cluster.current = None
         live = [r.engine_id for r in self.ranks
                 if r.rank not in replies.dead_ranks(self.ranks, self.client)]
         if self.client is not None and live and not self.controller_gone():
@@ -342,59 +337,3 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def start_cluster(
-    n: int | None = None,
-    backend: str | None = None,
-    *,
-    timeout: float = 30.0,
-    start_timeout: float = 60.0,
-    cell_timeout: float = 120.0,
-    min_ranks: int = 1,
-    activate: bool = True,
-    launcher: str | None = None,
-    nodes: int | None = None,
-    sbatch: list[str] | str | None = None,
-) -> Cluster:
-    """Start the course cluster (replacing one this kernel already runs) and activate %px.
-
-    n: ranks (default $COURSE_WORLD_SIZE, else one per GPU with 2+ GPUs, else 4 CPU ranks).
-    backend: 'gloo' or 'nccl' (default $COURSE_BACKEND, else nccl when every rank has a GPU).
-    timeout: seconds a collective may wait before it fails (the process group's timeout).
-    start_timeout: seconds the engines may take to start and register.
-    cell_timeout: seconds a %%px cell may wait for the ranks before it reports who is missing.
-    min_ranks: the fewest ranks the notebook's lesson makes sense with (checked before starting).
-    launcher: 'local' (engines forked on this machine), 'mpi' (started by mpiexec) or 'slurm'
-    (a Slurm job); default $COURSE_LAUNCHER, else 'local'.
-    nodes: hosts the Slurm job spreads the ranks over (default $COURSE_NODES, else 1).
-    sbatch: extra sbatch options, e.g. ["--partition=gpu", "--time=1:00:00"], after those of
-    $COURSE_SBATCH; with --gpus-per-node=K the ranks use nccl when each has a GPU.
-    """
-    global _current
-    if _current is not None:
-        _current.stop()
-    kind = launcher_class(choose_launcher(launcher))
-    hosts = resolve_nodes(nodes, kind.name, kind.spans_hosts)
-    n_gpus = kind.gpus(sbatch, hosts)  # under Slurm: those the job asks for on each node
-    world_size = require_ranks(resolve_world_size(n, n_gpus), min_ranks)
-    options = kind.job_options(sbatch, world_size, hosts)
-    kind.check_ready()
-    chosen = choose_backend(world_size, n_gpus, backend)
-    cluster = Cluster(world_size, chosen, timeout=timeout, start_timeout=start_timeout,
-                      cell_timeout=cell_timeout, launcher=kind, nodes=hosts, sbatch=options)
-    try:
-        cluster.start(activate=activate)
-    except BaseException:
-        cluster.stop()
-        raise
-    _current = cluster
-    return cluster
-
-
-def current_cluster() -> Cluster:
-    """The cluster this kernel is running, or a ClusterError saying how to start one."""
-    if _current is None:
-        raise ClusterError("no cluster is running in this kernel; run the setup cell "
-                           "(cluster = start_cluster()) first")
-    return _current
