@@ -173,7 +173,7 @@ def load_and_share(path, model):
         model.load_state_dict(torch.load(path, map_location=device, weights_only=True))
     for tensor in model.state_dict().values():
         dist.broadcast(tensor, src=0, async_op=True)''',
-     "async_op=True collectives never waited on", 2),
+     "started broadcast (asynchronous) and never waited for it", 2),
     ("the model left in eval mode", RIGHT["load_and_share"].replace(
         "    model.load_state_dict(box[0])", "    model.eval()\n    model.load_state_dict(box[0])"),
      "left the model in eval mode; it was in training mode"),

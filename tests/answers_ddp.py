@@ -233,7 +233,7 @@ def distributed_accuracy(model, x, y):
      "at world size 3, rank 1: distributed_accuracy gave"),
     ("an async all_reduce never waited", _ACCURACY.replace(
         "dist.all_reduce(correct)", "dist.all_reduce(correct, async_op=True)"),
-     "distributed_accuracy gave"),
+     "started all_reduce (asynchronous) and never waited for it"),
     ("rank 0 evaluates everything and broadcasts", '''
 def distributed_accuracy(model, x, y):
     acc = torch.zeros(1, dtype=torch.float64)

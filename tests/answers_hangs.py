@@ -138,7 +138,8 @@ MORE_WRONG["skip_together"] = [
     ("an int", _SKIP.replace("return t.item()", "return int(t.item())"),
      "skip_together gave 3 (an int), expected 3.0 (a float)"),
     ("the agreement's all-reduce never waited (a race)", _SKIP.replace(
-        "op=dist.ReduceOp.MIN)", "op=dist.ReduceOp.MIN, async_op=True)"), "Timed out"),
+        "op=dist.ReduceOp.MIN)", "op=dist.ReduceOp.MIN, async_op=True)"),
+     "started all_reduce (asynchronous) and never waited for it"),
     ("the flags summed and compared with 4", '''
 def skip_together(batch_ok):
     ok = torch.tensor([float(batch_ok)], device=device)

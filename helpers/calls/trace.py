@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..text import first_line
+from . import works
 
 COLLECTIVES = (
     "all_reduce", "all_reduce_coalesced", "broadcast", "reduce", "all_gather",
@@ -68,7 +69,9 @@ def install(maxlen: int = 256) -> None:
             continue
         _originals[name] = fn
         setattr(dist, name, _wrap(name, fn))
-        if name in ("isend", "irecv"):  # P2POp and batch_isend_irecv compare ops by identity
+        # under both names (torch.distributed re-exports distributed_c10d's functions): a call
+        # through either is recorded, and P2POp compares its op with c10d's isend by identity
+        if getattr(c10d, name, None) is fn:
             setattr(c10d, name, getattr(dist, name))
 
 
@@ -78,9 +81,9 @@ def uninstall() -> None:
     from torch.distributed import distributed_c10d as c10d
 
     for name, fn in _originals.items():
-        setattr(dist, name, fn)
-        if name in ("isend", "irecv"):
+        if getattr(c10d, name, None) is getattr(dist, name):
             setattr(c10d, name, fn)
+        setattr(dist, name, fn)
     _originals.clear()
 
 
@@ -158,6 +161,8 @@ def _wrap(name: str, fn: Callable) -> Callable:
             entry["seconds"] = time.perf_counter() - start
         if entry["state"] == "running":
             entry["state"] = "issued" if entry["async"] else "done"
+        if entry["async"]:
+            return works.handed_back(result, entry)
         return result
 
     return recorded

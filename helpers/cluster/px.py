@@ -175,7 +175,7 @@ def stop(result: Any, rank_of: dict[int, Any], signal_ranks: Callable[[list[int]
 def to_cpu(value: Any) -> Any:
     """A detached CPU copy of a tensor, or of every tensor in a list/tuple (notebook 01)."""
     if hasattr(value, "detach") and hasattr(value, "cpu"):
-        return value.detach().cpu()
+        return value.detach().to("cpu", copy=True)  # a copy on the CPU too: read now
     if isinstance(value, list | tuple):
         return [to_cpu(v) for v in value]
     return value

@@ -273,12 +273,6 @@ NEWEST_LOADABLE = Exercise("newest_loadable", _newest_args, _newest_expected, _n
 
 # ---- exercise 3: read once, share with everyone --------------------------------------------
 _models: dict[str, dict[str, Any]] = {}  # path -> what the rank's model was: its mode, device
-_unwaited: dict[str, int] = {}  # path -> async collectives the answer never waited on
-
-
-def _inflight() -> Any:
-    """torch's registry of async collectives not yet waited on (work.wait() takes one off)."""
-    return torch._C._distributed_c10d
 
 
 def _share_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
@@ -297,21 +291,13 @@ def _share_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tup
                           "device": torch.device(device)}
     if rank == 0:
         _listings[str(path)] = _snapshot(path.parent)
-    _inflight()._set_allow_inflight_collective_as_graph_input(True)  # for _share_state
-    _unwaited[str(path)] = _inflight()._get_work_registry_size()
     return str(path), model
 
 
 def _share_state(args: tuple, returned: Any) -> dict[str, torch.Tensor]:
-    """The model's weights, once every async collective into them has finished: an answer
-    that never waits on its requests is named (by _share_opened), not judged by a race."""
+    """The model's weights as they are when load_and_share returns (an answer that never
+    waits for its broadcasts is named by the rule every exercise shares, in core.verdict)."""
     path, model = args
-    registry = _inflight()
-    _unwaited[path] = registry._get_work_registry_size() - _unwaited[path]
-    if _unwaited[path]:
-        for tensor in model.state_dict().values():
-            torch.ops._c10d_functional.wait_tensor(tensor)
-    registry._set_allow_inflight_collective_as_graph_input(False)
     return {f"the model's {k}": v.detach().cpu() for k, v in model.state_dict().items()}
 
 
@@ -325,13 +311,9 @@ def _share_opened(args: tuple, returned: Any) -> tuple[int, str | None]:
 
 
 def _share_problem(path: str, model: nn.Module) -> str | None:
-    """weights_only, requests never waited on, the model's mode and device, rank 0's folder."""
+    """weights_only, the model's mode and device, rank 0's folder."""
     if problem := _unsafe(path, "rank 0"):
         return problem
-    if count := _unwaited.get(path):
-        return (f"load_and_share returned with {count} async_op=True collective"
-                f"{'s' * (count > 1)} never waited on: the model may not hold the weights yet "
-                "(call .wait() on each request before returning)")
     was = _models[path]
     if (modes := [m.training for m in model.modules()]) != was["modes"]:
         return (f"load_and_share left the model in {'training' if modes[0] else 'eval'} mode;"
@@ -361,11 +343,9 @@ def _share_means(calls: Calls, rank: int, size: int, observed: Any) -> str | Non
 
 
 def _share_cleanup(rank: int, seed: int) -> None:
-    """_remove_checkpoints, and the registry of async collectives back off."""
-    _inflight()._set_allow_inflight_collective_as_graph_input(False)
+    """_remove_checkpoints, and what was noted of the models."""
     for s in (seed, seed + 1):
-        for memory in (_models, _unwaited):
-            memory.pop(str(_folder(s, 0) / "shared.pt"), None)
+        _models.pop(str(_folder(s, 0) / "shared.pt"), None)
     _remove_checkpoints(rank, seed)
 
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..text import first_line
-from . import trial
+from . import state, trial
 
 Calls = list[dict[str, Any]]
 
@@ -146,10 +146,19 @@ def verdict(exercise: Exercise, results: Sequence[dict[str, Any]], seed: int) ->
                 problems.append(f"{where}: {exercise.name} raised {out['error']}")
                 continue
             if out.get("side_effects"):
-                problems.append(f"{where}: {exercise.name} changed "
-                                f"{' and '.join(out['side_effects'])}: leave them as they were "
-                                "(random numbers: draw from a generator of your own, "
-                                "torch.Generator; variables: set them back)")
+                changed = out["side_effects"]
+                problems.append(f"{where}: {exercise.name} changed {' and '.join(changed)}: "
+                                f"leave {'it' if len(changed) == 1 else 'them'} as "
+                                f"{exercise.name} found {'it' if len(changed) == 1 else 'them'} "
+                                f"({state.advice(changed)})")
+                continue
+            if unwaited := [c for c in out["calls"] if c.get("waited") is False]:
+                call = unwaited[0]
+                problems.append(
+                    f"{where}: {exercise.name} started {call['op']} (asynchronous) and never "
+                    "waited for it: call .wait() on the work it returns before the tensor is "
+                    "used or returned (on NCCL nothing orders the operation before the code "
+                    "that reads its tensor until then, even where gloo has already finished)")
                 continue
             expected = exercise.expected(out["rank"], out["size"], run_seed)
             if (problem := value_problem(out["value"], expected, exercise.atol)) is not None:

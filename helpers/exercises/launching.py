@@ -51,8 +51,7 @@ def _judge(name: str, fn: Callable[..., Any], cases: Sequence[tuple[str, tuple, 
         if isinstance(got, _SideEffect):
             them = "it" if len(got.changed) == 1 else "them"
             return (f"its answer, but changed {' and '.join(got.changed)}: leave {them} as "
-                    f"{name} found {them} (draw from a generator of your own, random.Random() "
-                    "or torch.Generator(), or from none)")
+                    f"{name} found {them} ({state.advice(got.changed)})")
         label = cases[at["case"]][0]
         if isinstance(got, dict | list):
             kind = type(got).__name__

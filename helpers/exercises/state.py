@@ -16,9 +16,26 @@ from typing import Any
 TORCH_SETS = ("TORCHINDUCTOR_CACHE_DIR",)
 
 
+GRAD_MODE = "autograd's mode (torch.is_grad_enabled())"
+DEFAULT_DTYPE = "torch's default dtype"
+DEFAULT_DEVICE = "torch's default device"
+# how to leave each alone, for the checker's message
+ADVICE = {
+    GRAD_MODE: "to work without gradients, use `with torch.no_grad():` around that part, not "
+               "torch.set_grad_enabled(False)",
+    DEFAULT_DTYPE: "give the dtype where you make a tensor (dtype=...), not "
+                   "torch.set_default_dtype",
+    DEFAULT_DEVICE: "give the device where you make a tensor (device=...), not "
+                    "torch.set_default_device",
+}
+RANDOM_ADVICE = ("random numbers: draw from a generator of your own (random.Random(), "
+                 "torch.Generator()); variables: set them back")
+
+
 def snapshot() -> dict[str, Any]:
     """What an answer must leave as it found it: the global random generators (torch's, on
-    the CPU and the GPUs; Python's; numpy's) and the environment."""
+    the CPU and the GPUs; Python's; numpy's), the environment, autograd's mode, and torch's
+    default dtype and device."""
     import random
 
     import numpy as np
@@ -28,14 +45,17 @@ def snapshot() -> dict[str, Any]:
              "Python's random generator": random.getstate(),
              "numpy's random generator": np.random.get_state(legacy=False),
              "the environment (os.environ)": {k: v for k, v in os.environ.items()
-                                              if k not in TORCH_SETS}}
+                                              if k not in TORCH_SETS},
+             GRAD_MODE: torch.is_grad_enabled(),
+             DEFAULT_DTYPE: torch.get_default_dtype(),
+             DEFAULT_DEVICE: str(torch.get_default_device())}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["torch's CUDA random generators"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def restore(state: dict[str, Any]) -> None:
-    """Put back what snapshot() read: the generators and the environment."""
+    """Put back what snapshot() read."""
     import random
 
     import numpy as np
@@ -49,6 +69,9 @@ def restore(state: dict[str, Any]) -> None:
     torchs = {k: os.environ[k] for k in TORCH_SETS if k in os.environ}
     os.environ.clear()
     os.environ.update(state["the environment (os.environ)"], **torchs)
+    torch.set_grad_enabled(state[GRAD_MODE])
+    torch.set_default_dtype(state[DEFAULT_DTYPE])
+    torch.set_default_device(None if state[DEFAULT_DEVICE] == "cpu" else state[DEFAULT_DEVICE])
 
 
 def changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
@@ -67,3 +90,11 @@ def changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
         return a == b
 
     return [name for name in before if name in after and not same(before[name], after[name])]
+
+
+def advice(names: list[str]) -> str:
+    """How to leave alone what an answer changed: one piece of advice per kind."""
+    pieces = [ADVICE[n] for n in names if n in ADVICE]
+    if any(n not in ADVICE for n in names):
+        pieces.append(RANDOM_ADVICE)
+    return "; ".join(pieces)

@@ -124,6 +124,7 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
     from torch.distributed import distributed_c10d as c10d
 
     from ..calls import trace as calltrace
+    from ..calls import works
 
     rank, size = dist.get_rank(group), dist.get_world_size(group)
     world = rebound(namespace, {"dist": GroupDist(group), "rank": rank, "world_size": size,
@@ -141,19 +142,23 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
     # run on one rank fewer never waits on the default group for a rank that is not there
     default = c10d._get_default_group()
     c10d._update_default_pg(group)
+    works.watch_works(world, through=(globals(),))  # the learner's own calls: were they waited?
     try:
         returned = world[exercise.name](*args)
-        outcome["value"] = to_cpu(exercise.collect(args, returned))
+        works.watch_works(None)
+        outcome["value"] = to_cpu(exercise.collect(args, returned))  # a copy, taken now
         outcome["observed"] = exercise.observe(args, returned)
     except Exception as e:  # noqa: BLE001 - the learner's error is the checker's verdict
         outcome["error"] = error_text(e)
     finally:  # the copy and its functions refer to each other: break the cycle, which would
+        works.watch_works(None)
         c10d._update_default_pg(default)
         world.clear()  # keep the group (its sockets and threads) alive until a garbage collection
     outcome["side_effects"] = state.changed(before, state.snapshot())
     state.restore(before)  # the check leaves the rank as it found it, whatever the answer did
     group_ranks = tuple(dist.get_process_group_ranks(group))
-    outcome["calls"] = [{k: e[k] for k in ("op", "kind", "peer", "parts", "shapes", "state")}
+    outcome["calls"] = [{k: e.get(k) for k in ("op", "kind", "peer", "parts", "shapes", "state",
+                                                "async", "waited")}
                         for e in calltrace.since(bookmark) if e["group_ranks"] == group_ranks]
     return outcome
 

@@ -1,0 +1,69 @@
+"""Planted answers for what every exercise is held to, whatever it asks (issue 38's shared
+list): the global state a check compares before and after (autograd's mode, torch's default
+dtype), an asynchronous operation never waited for, and a call made through
+torch.distributed.distributed_c10d's own name, which the call record must see too. Each is
+planted in one or two exercises; the rule behind it is the same for all (trial, core.verdict).
+"""
+
+from __future__ import annotations
+
+from answers import RIGHT
+
+UNWAITED = RIGHT["mean_of_all"].replace("dist.all_reduce(total)",
+                                        "dist.all_reduce(total, async_op=True)")
+FLOAT64 = RIGHT["my_piece"].replace("def my_piece(flat):\n", "def my_piece(flat):\n"
+                                    "    torch.set_default_dtype(torch.float64)\n")
+
+# (what, source, a piece of the message that names the mistake[, world size])
+MORE_WRONG_SHARED: dict[str, list[tuple]] = {
+    "mean_of_all": [
+        ("autograd switched off for good (torch.set_grad_enabled(False))",
+         RIGHT["mean_of_all"].replace("    total = x.clone()\n",
+                                      "    torch.set_grad_enabled(False)\n    total = x.clone()\n"),
+         "autograd's mode"),
+        ("the all_reduce started asynchronously and never waited for",
+         UNWAITED, "started all_reduce (asynchronous) and never waited for it"),
+        ("the all_reduce never waited, at 2 ranks",
+         UNWAITED, "never waited for it", 2),
+    ],
+    "my_piece": [
+        ("the default dtype left at float64",
+         FLOAT64, "default dtype"),
+        ("a barrier through torch.distributed.distributed_c10d's own name",
+         RIGHT["my_piece"].replace("def my_piece(flat):\n", "def my_piece(flat):\n"
+                                   "    torch.distributed.distributed_c10d.barrier()\n"),
+         "called ['barrier']: this needs no communication"),
+    ],
+    "ring_sum": [
+        ("of each step's sends and receives, only the receive waited for",
+         RIGHT["ring_sum"].replace("        for req in dist.batch_isend_irecv(ops):\n"
+                                   "            req.wait()\n",
+                                   "        reqs = dist.batch_isend_irecv(ops)\n"
+                                   "        reqs[1].wait()\n"),
+         "started batch_isend_irecv (asynchronous) and never waited for it"),
+    ],
+}
+
+ALSO_RIGHT_SHARED: dict[str, list[tuple[str, str]]] = {
+    "mean_of_all": [
+        ("asynchronous, waited through its future; autograd off inside no_grad only", '''
+def mean_of_all(x):
+    with torch.no_grad():
+        total = x.clone()
+    work = dist.all_reduce(total, async_op=True)
+    work.get_future().wait()
+    return total / world_size
+'''),
+        ("asynchronous, polled until is_completed()", '''
+def mean_of_all(x):
+    total = x.clone()
+    work = dist.all_reduce(total, async_op=True)
+    while not work.is_completed():
+        pass
+    return total / world_size
+'''),
+    ],
+}
+
+for _name, _planted in MORE_WRONG_SHARED.items():  # each replace() found the text it plants in
+    assert all(p[1] != RIGHT[_name] for p in _planted), _name
