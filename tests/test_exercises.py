@@ -135,10 +135,12 @@ def test_checks_leave_the_engines_open_files_and_threads_as_they_found_them(clus
     assert not grew, f"(open files, threads) before and after 5 checks, by rank: {grew}"
 
 
-def test_each_check_of_my_piece_and_zero_sgd_step_meets_lengths_the_size_divides_and_not():
+def test_each_check_of_my_piece_and_zero_sgd_step_meets_every_kind_of_length():
     """Notebook 08's wrong paddings (none, n // size + 1, rounded down) are each right at one
-    kind of length only: every check, with a learner's seeds (6b, 6b+1, 6b+2) or the tests'
-    (s, s+2, s+4), must meet both kinds, at its own size and on one rank fewer (seed + 1)."""
+    kind of length only, and the texts promise any length, shorter than the world size too:
+    every check, with a learner's seeds (6b, 6b+1, 6b+2) or the tests' (s, s+2, s+4), must meet
+    a length the size divides, one it does not, and one shorter than the size, at its own size
+    and on one rank fewer (seed + 1)."""
     import random
 
     from helpers.exercises.sharding import _length
@@ -153,7 +155,9 @@ def test_each_check_of_my_piece_and_zero_sgd_step_meets_lengths_the_size_divides
                 for size in range(2, 9):
                     for run, n in ((seeds, size), ([s + 1 for s in seeds], size - 1)):
                         lengths = [_length(s, n) for s in run]
-                        assert n == 1 or {length % n == 0 for length in lengths} == {True, False}, (
+                        kinds = {"divides" if length % n == 0 else "shorter" if length < n
+                                 else "remainder" for length in lengths}
+                        assert n == 1 or kinds == {"divides", "remainder", "shorter"}, (
                             name, run, n, lengths)
 
 

@@ -12,17 +12,20 @@ from .means import collectives_only, no_communication, numel, ops
 
 
 def _length(seed: int, size: int) -> int:
-    """A length for one case at one world size: a multiple of `size` when seed // 2 is even,
-    else a multiple plus a remainder. check() draws a learner's 3 cases as 6b, 6b+1, 6b+2 and
-    the tests' as s, s+2, s+4, and the run on one rank fewer takes seed + 1; either way the
-    halves of the seeds of 3 cases take both parities, at both sizes. So every check meets a
-    length that `size` divides and one that it does not, and every wrong padding (none,
-    n // size + 1, rounded down) fails, whatever the seed (tests/test_exercises.py)."""
-    g = torch.Generator().manual_seed(seed // 2)
+    """A length for one case at one world size, of one of three kinds by seed % 3: a multiple
+    of `size`, a multiple plus a remainder, or shorter than `size` (the texts promise "any
+    length", "shorter than the number of ranks, too"; a size of 1 takes the first kind).
+    check() draws a learner's 3 cases as 6b, 6b+1, 6b+2 and the tests' as s, s+2, s+4, and the
+    run on one rank fewer takes seed + 1: three seeds in a row, or three apart by 2, always
+    leave all three remainders mod 3. So every check meets every kind at both sizes, and every
+    wrong padding (none, n // size + 1, rounded down) fails, whatever the seed
+    (tests/test_exercises.py)."""
+    g = torch.Generator().manual_seed(seed)
+    kind = 0 if size == 1 else seed % 3
+    if kind == 2:
+        return int(torch.randint(1, size, (1,), generator=g))
     k = int(torch.randint(1, 9, (1,), generator=g))
-    if (seed // 2) % 2 == 0 or size == 1:
-        return size * k
-    return size * k + int(torch.randint(1, size, (1,), generator=g))
+    return size * k + (int(torch.randint(1, size, (1,), generator=g)) if kind == 1 else 0)
 
 
 def _flat(seed: int, size: int) -> torch.Tensor:
