@@ -1,7 +1,8 @@
 """Planted answers for what every exercise is held to, whatever it asks (issue 38's shared
 list): the global state a check compares before and after (autograd's mode, torch's default
 dtype), an asynchronous operation never waited for, and a call made through
-torch.distributed.distributed_c10d's own name, which the call record must see too. Each is
+torch.distributed.distributed_c10d's own name, which the call record must see too, and
+Python's hash() of bytes, which agrees across ranks only where they share a hash seed. Each is
 planted in one or two exercises; the rule behind it is the same for all (trial, core.verdict).
 """
 
@@ -33,6 +34,16 @@ MORE_WRONG_SHARED: dict[str, list[tuple]] = {
          RIGHT["my_piece"].replace("def my_piece(flat):\n", "def my_piece(flat):\n"
                                    "    torch.distributed.distributed_c10d.barrier()\n"),
          "called ['barrier']: this needs no communication"),
+    ],
+    "in_sync": [
+        ("a fingerprint by Python's hash() of the bytes (equal only where the processes share "
+         "a hash seed, as forked engines do)",
+         RIGHT["in_sync"].replace(
+             "    digest = hashlib.sha256(flat.numpy().tobytes()).digest()\n"
+             "    fingerprint = torch.tensor([int.from_bytes(digest[:8], \"little\", "
+             "signed=True)], device=device)\n",
+             "    fingerprint = torch.tensor([hash(flat.numpy().tobytes())], device=device)\n"),
+         "hash() on str or bytes, which Python salts per process"),
     ],
     "ring_sum": [
         ("of each step's sends and receives, only the receive waited for",

@@ -162,13 +162,17 @@ def verdict(exercise: Exercise, results: Sequence[dict[str, Any]], seed: int) ->
                 continue
             expected = exercise.expected(out["rank"], out["size"], run_seed)
             if (problem := value_problem(out["value"], expected, exercise.atol)) is not None:
-                problems.append(f"{where}: {exercise.name} gave {problem}")
+                problems.append(f"{where}: {exercise.name} gave {problem}" + (
+                    HASHED if out.get("hashed") else ""))
             elif exercise.means is not None and (problem := exercise.means(
                     out["calls"], out["rank"], out["size"], out["observed"])) is not None:
                 problems.append(f"{where}: {problem}")
     return problems
 
 
+HASHED = ("; it called hash() on str or bytes, which Python salts per process "
+          "(PYTHONHASHSEED): ranks started apart (mpiexec, Slurm, torchrun) hash equal data "
+          "differently, so the check does too. Use hashlib (hashlib.sha256(data).digest())")
 TIMED_OUT = ("timeout", "timed out", "Timed out")
 # what gloo says on a rank whose peer gave up waiting first and closed their connection
 PEER_GAVE_UP = ("Connection closed by peer", "Connection reset by peer")

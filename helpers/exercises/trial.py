@@ -93,6 +93,24 @@ class GroupDist:
         return self._dist.get_world_size(self._ours(group))
 
 
+class SaltedHash:
+    """hash() as the learner's code sees it during a check: for str and bytes, salted with the
+    rank. Python salts those hashes per process (PYTHONHASHSEED): ranks started apart (mpiexec,
+    Slurm, torchrun) hash equal data differently, while engines forked from one process, as
+    the course's local ones are, share the salt and would hide it. ``used`` notes the salting."""
+
+    def __init__(self, rank: int) -> None:
+        self.salt, self.used = f"rank {rank}", False
+
+    def __call__(self, value: Any) -> int:
+        if isinstance(value, str | bytes | bytearray | memoryview):
+            self.used = True
+            return hash((self.salt, bytes(value) if not isinstance(value, str) else value))
+        if isinstance(value, tuple):
+            return hash(tuple(self(item) for item in value))
+        return hash(value)
+
+
 def rebound(namespace: dict[str, Any], names: dict[str, Any]) -> dict[str, Any]:
     """A copy of the namespace with names replaced, in which every function defined in it (the
     learner's) is rebound to the copy, so that it and its helpers all see the new names."""
@@ -127,8 +145,9 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
     from ..calls import works
 
     rank, size = dist.get_rank(group), dist.get_world_size(group)
+    salted = SaltedHash(dist.get_rank())
     world = rebound(namespace, {"dist": GroupDist(group), "rank": rank, "world_size": size,
-                                "device": device})
+                                "device": device, "hash": salted})
     for stale in exercise.extra.get("lesson_names", ()):  # the lesson's own globals, right
         world.pop(stale, None)  # only at the full size: a clear NameError, not a wrong peer
     outcome: dict[str, Any] = {"rank": rank, "size": size, "value": None, "error": None,
@@ -154,6 +173,7 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
         works.watch_works(None)
         c10d._update_default_pg(default)
         world.clear()  # keep the group (its sockets and threads) alive until a garbage collection
+    outcome["hashed"] = salted.used
     outcome["side_effects"] = state.changed(before, state.snapshot())
     state.restore(before)  # the check leaves the rank as it found it, whatever the answer did
     group_ranks = tuple(dist.get_process_group_ranks(group))
