@@ -76,7 +76,7 @@ def my_piece(flat):
     size = math.ceil(n / world_size)
     flat.resize_(size * world_size)
     flat[n:] = 0
-    return flat[rank * size:(rank + 1) * size].clone()''', "leave the input as it was"),
+    return flat[rank * size:(rank + 1) * size].clone()''', "flat was given new memory (resize_"),
     ("scattered from rank 0 (communication where none is needed)", '''
 import math
 
@@ -204,7 +204,7 @@ def zero_sgd_step(params, grad, lr):
     full = torch.zeros(size * world_size, dtype=params.dtype, device=params.device)
     full[:params.numel()] = params
     dist.all_gather_into_tensor(full, full[rank * size:(rank + 1) * size] - lr * mine / world_size)
-    params.copy_(full[:params.numel()])''', "changed grad"),
+    params.copy_(full[:params.numel()])''', "grad was given new memory (resize_"),
     ("all-reduce, then each rank's shard all-gathered", '''
 import math
 

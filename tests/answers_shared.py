@@ -15,6 +15,8 @@ UNWAITED = RIGHT["mean_of_all"].replace("dist.all_reduce(total)",
 FLOAT64 = RIGHT["my_piece"].replace("def my_piece(flat):\n", "def my_piece(flat):\n"
                                     "    torch.set_default_dtype(torch.float64)\n")
 
+EVEN_SEND = "        dist.send(mine, dst=partner)\n        dist.recv"  # the even ranks' send
+
 # (what, source, a piece of the message that names the mistake[, world size])
 MORE_WRONG_SHARED: dict[str, list[tuple]] = {
     "mean_of_all": [
@@ -44,6 +46,32 @@ MORE_WRONG_SHARED: dict[str, list[tuple]] = {
              "signed=True)], device=device)\n",
              "    fingerprint = torch.tensor([hash(flat.numpy().tobytes())], device=device)\n"),
          "hash() on str or bytes, which Python salts per process"),
+    ],
+    "swap_with_partner": [
+        ("the even ranks send with tag 1, their partners receive with the default tag",
+         RIGHT["swap_with_partner"].replace(EVEN_SEND,
+                                            "        dist.send(mine, dst=partner, tag=1)\n"
+                                            "        dist.recv"),
+         "are already paired, yet the message never matched: rank 0 sends with tag 1, rank 1 "
+         "waits for tag 0"),
+        ("the send an isend never waited for, at 2 ranks",
+         RIGHT["swap_with_partner"].replace(EVEN_SEND,
+                                            "        dist.isend(mine, dst=partner)\n"
+                                            "        dist.recv"),
+         "started isend (asynchronous) and never waited for it", 2),
+    ],
+    "zero_sgd_step": [
+        ("params.data rebound to the result, not written into",
+         RIGHT["zero_sgd_step"].replace("    params.copy_(full[:params.numel()])",
+                                        "    params.data = full[:params.numel()].clone()"),
+         "params was given new memory (resize_, set_ or .data =)"),
+    ],
+    "global_norm": [
+        ("the shard made to require grad, its norm taken by autograd",
+         RIGHT["global_norm"].replace("def global_norm(shard):\n",
+                                      "def global_norm(shard):\n    shard.requires_grad_(True)\n"
+                                      "    shard.pow(2).sum().backward()\n"),
+         "shard now requires grad"),
     ],
     "ring_sum": [
         ("of each step's sends and receives, only the receive waited for",

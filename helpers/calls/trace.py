@@ -190,7 +190,7 @@ def _entry(name: str, signature: inspect.Signature, args: tuple, kwargs: dict
         _counters[label] = count + 1
     entry = {
         "n": n, "op": name, "kind": kind, "group": label, "group_ranks": ranks, "seq": count,
-        "shapes": shapes, "dtype": dtype, "peer": peer, "parts": parts,
+        "shapes": shapes, "dtype": dtype, "peer": peer, "parts": parts, "tag": arguments.get("tag"),
         "async": bool(arguments.get("async_op")) or name in ("isend", "irecv", "batch_isend_irecv"),
         "state": "running", "error": None, "start": time.time(), "seconds": None,
         "problem": _peer_problem(name, arguments, ranks) if kind == "p2p" else None,

@@ -134,7 +134,11 @@ def verdict(exercise: Exercise, results: Sequence[dict[str, Any]], seed: int) ->
     for run, run_seed in (("full", seed), ("smaller", seed + 1)):
         if problems:  # wrong at the cluster's own size: that is what to fix first
             break
-        if said := deadlock([res[run] for res in results if res.get(run) is not None]):
+        outs = [res[run] for res in results if res.get(run) is not None]
+        if said := unwaited(outs, exercise.name):  # the cause a timeout elsewhere would hide
+            problems.append(said)
+            break
+        if said := deadlock(outs):
             problems.append(said)
             break
         for res in results:
@@ -145,20 +149,15 @@ def verdict(exercise: Exercise, results: Sequence[dict[str, Any]], seed: int) ->
             if out["error"] is not None:
                 problems.append(f"{where}: {exercise.name} raised {out['error']}")
                 continue
+            if out.get("inputs"):
+                problems.append(f"{where}: {exercise.name}: {'; '.join(out['inputs'])}")
+                continue
             if out.get("side_effects"):
                 changed = out["side_effects"]
                 problems.append(f"{where}: {exercise.name} changed {' and '.join(changed)}: "
                                 f"leave {'it' if len(changed) == 1 else 'them'} as "
                                 f"{exercise.name} found {'it' if len(changed) == 1 else 'them'} "
                                 f"({state.advice(changed)})")
-                continue
-            if unwaited := [c for c in out["calls"] if c.get("waited") is False]:
-                call = unwaited[0]
-                problems.append(
-                    f"{where}: {exercise.name} started {call['op']} (asynchronous) and never "
-                    "waited for it: call .wait() on the work it returns before the tensor is "
-                    "used or returned (on NCCL nothing orders the operation before the code "
-                    "that reads its tensor until then, even where gloo has already finished)")
                 continue
             expected = exercise.expected(out["rank"], out["size"], run_seed)
             if (problem := value_problem(out["value"], expected, exercise.atol)) is not None:
@@ -176,6 +175,18 @@ HASHED = ("; it called hash() on str or bytes, which Python salts per process "
 TIMED_OUT = ("timeout", "timed out", "Timed out")
 # what gloo says on a rank whose peer gave up waiting first and closed their connection
 PEER_GAVE_UP = ("Connection closed by peer", "Connection reset by peer")
+
+
+def unwaited(outs: Sequence[dict[str, Any]], name: str) -> str | None:
+    """The first rank that returned with an asynchronous call of its own never waited for."""
+    for out in outs:
+        if calls := [c for c in out["calls"] if c.get("waited") is False]:
+            return (f"at world size {out['size']}, rank {out['rank']}: {name} started "
+                    f"{calls[0]['op']} (asynchronous) and never waited for it: call .wait() on "
+                    "the work it returns before the tensor is used or returned (on NCCL "
+                    "nothing orders the operation before the code that reads its tensor until "
+                    "then, even where gloo has already finished)")
+    return None
 
 
 def deadlock(outs: Sequence[dict[str, Any]]) -> str | None:
@@ -198,9 +209,34 @@ def deadlock(outs: Sequence[dict[str, Any]]) -> str | None:
         return f"in {call['op']}" + (f" {side} rank {peer}" if peer is not None else "")
 
     who = ", ".join(f"rank {r} waits {waits(call)}" for r, call in sorted(stuck.items()))
+    if said := unmatched_pair(stuck):
+        return f"at world size {outs[0]['size']}: {who}, until the timeout. {said}"
     return (f"a deadlock at world size {outs[0]['size']}: {who}, until the timeout. Each waits "
             "for a rank that is itself waiting: order the calls so that one side of every "
             "pair sends while the other receives (notebook 06)")
+
+
+SEND_OPS = ("send", "isend")
+RECV_OPS = ("recv", "irecv")
+
+
+def unmatched_pair(stuck: dict[int, dict[str, Any]]) -> str | None:
+    """What keeps a send and the receive that waits for it apart, when two stuck ranks are
+    already paired (one sends to the other, which receives from the first): not a deadlock of
+    order, a message that does not match (its tag)."""
+    for rank, call in sorted(stuck.items()):
+        other = stuck.get(call.get("peer"))
+        if (call["op"] not in SEND_OPS or other is None or other["op"] not in RECV_OPS
+                or other.get("peer") not in (rank, None)):
+            continue
+        peer = call["peer"]
+        sent, awaited = call.get("tag") or 0, other.get("tag") or 0
+        differ = (f": rank {rank} sends with tag {sent}, rank {peer} waits for tag {awaited}"
+                  if sent != awaited else "")
+        return (f"Rank {rank}'s {call['op']} and rank {peer}'s {other['op']} are already paired, "
+                f"yet the message never matched{differ}. A receive takes only a message with "
+                "its own tag from its source: give both sides the same tag (notebook 01)")
+    return None
 
 
 def check(cluster: Any, exercise: Exercise, seed: int | None = None) -> None:

@@ -8,6 +8,7 @@ in the notebook itself (``launching``).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 # variables torch sets for itself the first time a part of it is used, not the learner: the
@@ -98,3 +99,50 @@ def advice(names: list[str]) -> str:
     if any(n not in ADVICE for n in names):
         pieces.append(RANDOM_ADVICE)
     return "; ".join(pieces)
+
+
+# ---- the inputs an answer is given: their flags, .grad and memory ----------------------------
+def _tensors(args: tuple, names: Sequence[str]) -> list[tuple[str, Any]]:
+    """The tensors among the arguments, each named as the learner's function names it:
+    top-level ones, and those in a list or tuple argument (a model's parameters are the
+    model's business: its exercise's)."""
+    import torch
+
+    found = []
+    for i, arg in enumerate(args):
+        name = names[i] if i < len(names) else f"argument {i + 1}"
+        if isinstance(arg, torch.Tensor):
+            found.append((name, arg))
+        elif isinstance(arg, list | tuple):
+            found += [(f"{name}[{j}]", t) for j, t in enumerate(arg)
+                      if isinstance(t, torch.Tensor)]
+    return found
+
+
+def inputs(args: tuple, names: Sequence[str]) -> list[tuple[str, bool, Any, int]]:
+    """What every exercise's inputs must keep: whether each requires grad, its .grad (a copy),
+    and where its memory is (its identity for every view of it)."""
+    return [(label, t.requires_grad, None if t.grad is None else t.grad.detach().clone(),
+             t.data_ptr()) for label, t in _tensors(args, names)]
+
+
+def inputs_changed(before: list[tuple[str, bool, Any, int]], args: tuple) -> list[str]:
+    """How the answer changed its inputs beyond their values (which each exercise judges)."""
+    import torch
+
+    problems = []
+    now = _tensors(args, [label for label, *_ in before])
+    for (label, needed, grad, pointer), (_, t) in zip(before, now):
+        if t.requires_grad != needed:
+            problems.append(f"{label} {'now requires' if t.requires_grad else 'no longer requires'}"
+                            " grad (leave requires_grad as it was: work on a detached copy)")
+        if (grad is None) != (t.grad is None) or (
+                grad is not None and not torch.equal(grad, t.grad)):
+            problems.append(f"{label} {'got a .grad' if grad is None else 'had its .grad changed'}"
+                            " (compute with a copy, or take gradients with torch.autograd.grad)")
+        if t.data_ptr() != pointer and t.numel():
+            problems.append(f"{label} was given new memory (resize_, set_ or .data =): leave it "
+                            "as it was and work on a copy, or, where the exercise asks for an "
+                            "update in place, write into it (x.copy_(...)) so that every view of "
+                            "it sees the new values")
+    return problems

@@ -154,7 +154,8 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
                                "observed": None}
     with torch.random.fork_rng(devices=[]):  # the inputs leave the learner's generator alone
         args = exercise.make_args(rank, size, device, group, seed)
-    before = state.snapshot()
+    names = _parameter_names(world.get(exercise.name))
+    before, inputs = state.snapshot(), state.inputs(args, names)
     bookmark = calltrace.mark()
     # what the learner's code calls without naming a group (DistributedDataParallel, for one)
     # takes the default group: for the time of the call, that is the trial's group, so that a
@@ -175,12 +176,21 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
         world.clear()  # keep the group (its sockets and threads) alive until a garbage collection
     outcome["hashed"] = salted.used
     outcome["side_effects"] = state.changed(before, state.snapshot())
+    outcome["inputs"] = state.inputs_changed(inputs, args)
     state.restore(before)  # the check leaves the rank as it found it, whatever the answer did
     group_ranks = tuple(dist.get_process_group_ranks(group))
     outcome["calls"] = [{k: e.get(k) for k in ("op", "kind", "peer", "parts", "shapes", "state",
-                                                "async", "waited")}
+                                                "async", "waited", "tag")}
                         for e in calltrace.since(bookmark) if e["group_ranks"] == group_ranks]
     return outcome
+
+
+def _parameter_names(fn: Any) -> list[str]:
+    """The names the learner's function gives its parameters, for messages ([] if unknown)."""
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return []
 
 
 def error_text(error: BaseException, lines: int = 4, width: int = 400) -> str:
