@@ -15,6 +15,10 @@ UNWAITED = RIGHT["mean_of_all"].replace("dist.all_reduce(total)",
 FLOAT64 = RIGHT["my_piece"].replace("def my_piece(flat):\n", "def my_piece(flat):\n"
                                     "    torch.set_default_dtype(torch.float64)\n")
 
+SUB_GROUP = ("    last = max(1, world_size - 1)\n"
+             "    fewer = dist.new_group(list(range(last)))\n"
+             "    if rank < last:\n"
+             "        dist.all_reduce(one, group=fewer)\n")
 EVEN_SEND = "        dist.send(mine, dst=partner)\n        dist.recv"  # the even ranks' send
 
 # (what, source, a piece of the message that names the mistake[, world size])
@@ -72,6 +76,11 @@ MORE_WRONG_SHARED: dict[str, list[tuple]] = {
                                       "def global_norm(shard):\n    shard.requires_grad_(True)\n"
                                       "    shard.pow(2).sum().backward()\n"),
          "shard now requires grad"),
+    ],
+    "count_ranks": [
+        ("all-reduced on a group it made of every rank but the last",
+         RIGHT["count_ranks"].replace("    dist.all_reduce(one)\n", SUB_GROUP),
+         "on a group of its own, ranks [0, 1]"),
     ],
     "ring_sum": [
         ("of each step's sends and receives, only the receive waited for",

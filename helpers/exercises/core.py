@@ -162,10 +162,10 @@ def verdict(exercise: Exercise, results: Sequence[dict[str, Any]], seed: int) ->
             expected = exercise.expected(out["rank"], out["size"], run_seed)
             if (problem := value_problem(out["value"], expected, exercise.atol)) is not None:
                 problems.append(f"{where}: {exercise.name} gave {problem}" + (
-                    HASHED if out.get("hashed") else ""))
+                    HASHED if out.get("hashed") else "") + elsewhere(out))
             elif exercise.means is not None and (problem := exercise.means(
                     out["calls"], out["rank"], out["size"], out["observed"])) is not None:
-                problems.append(f"{where}: {problem}")
+                problems.append(f"{where}: {problem}{elsewhere(out)}")
     return problems
 
 
@@ -175,6 +175,16 @@ HASHED = ("; it called hash() on str or bytes, which Python salts per process "
 TIMED_OUT = ("timeout", "timed out", "Timed out")
 # what gloo says on a rank whose peer gave up waiting first and closed their connection
 PEER_GAVE_UP = ("Connection closed by peer", "Connection reset by peer")
+
+
+def elsewhere(out: dict[str, Any]) -> str:
+    """'; it called all_reduce on ranks [0, 1], ...' when the answer used a group of its own."""
+    if not out.get("elsewhere"):
+        return ""
+    op, ranks = out["elsewhere"][0]
+    return (f"; it called {op} on a group of its own, ranks {list(ranks)}: every call belongs "
+            f"on the group the check runs it on, all {out['size']} ranks (dist's default group, "
+            "which needs no group= at all)")
 
 
 def unwaited(outs: Sequence[dict[str, Any]], name: str) -> str | None:

@@ -179,9 +179,12 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
     outcome["inputs"] = state.inputs_changed(inputs, args)
     state.restore(before)  # the check leaves the rank as it found it, whatever the answer did
     group_ranks = tuple(dist.get_process_group_ranks(group))
+    recorded = calltrace.since(bookmark)
     outcome["calls"] = [{k: e.get(k) for k in ("op", "kind", "peer", "parts", "shapes", "state",
                                                 "async", "waited", "tag")}
-                        for e in calltrace.since(bookmark) if e["group_ranks"] == group_ranks]
+                        for e in recorded if e["group_ranks"] == group_ranks]
+    outcome["elsewhere"] = sorted({(e["op"], e["group_ranks"]) for e in recorded
+                                   if e["group_ranks"] != group_ranks})  # a group of its own
     return outcome
 
 
