@@ -160,7 +160,7 @@ def accumulate(model, opt, micro_batches):
         for xs, ys in micro_batches:
             (F.cross_entropy(model(xs), ys) / k).backward()
     (F.cross_entropy(model(xb), yb) / k).backward()
-    opt.step()''', "changed the caller's list micro_batches (it held 3 pairs, now 2)"),
+    opt.step()''', "changed the caller's list micro_batches (it held 3 items, now 2)"),
     ("the learning rate divided by k, in the caller's optimizer", RIGHT["accumulate"].replace(
         "    opt.zero_grad()\n",
         "    opt.zero_grad()\n    for group in opt.param_groups:\n"

@@ -82,6 +82,13 @@ MORE_WRONG_SHARED: dict[str, list[tuple]] = {
          RIGHT["count_ranks"].replace("    dist.all_reduce(one)\n", SUB_GROUP),
          "on a group of its own, ranks [0, 1]"),
     ],
+    "pipeline_forward": [
+        ("the caller's list of micro-batches emptied by pop(0)",
+         RIGHT["pipeline_forward"].replace("        for mb in micro_batches:\n",
+                                           "        while micro_batches:\n"
+                                           "            mb = micro_batches.pop(0)\n"),
+         "changed the caller's list micro_batches (it held"),
+    ],
     "ring_sum": [
         ("of each step's sends and receives, only the receive waited for",
          RIGHT["ring_sum"].replace("        for req in dist.batch_isend_irecv(ops):\n"

@@ -180,3 +180,23 @@ def test_a_wrong_padding_fails_whatever_the_seed(request, name, what, source, si
     for _ in range(3):
         with pytest.raises(AssertionError, match=f"{name} is not right yet"):
             checks.check(cluster, EXERCISES[name])
+
+
+def test_an_answer_that_makes_groups_leaves_the_next_checks_working(cluster3, capsys):
+    """new_group names a group by a count every rank keeps; an answer that makes a group in
+    the run on one rank fewer (which the last rank sits out) moves that count on some ranks
+    only, and every later new_group would then wait forever. The check agrees the count again
+    at its end, so the next check (and the notebook's own groups) still form."""
+    from answers_shared import SUB_GROUP
+
+    cluster3.px(RIGHT["count_ranks"].replace("    dist.all_reduce(one)\n", SUB_GROUP))
+    with pytest.raises(AssertionError, match="on a group of its own"):
+        checks.check(cluster3, dataclasses.replace(checks.COUNT_RANKS, timeout=QUICK),
+                     seed=SEED)
+    cluster3.px("from torch.distributed import distributed_c10d as c10d\n"
+                "count = c10d._world.group_count")
+    counts = cluster3.view.pull("count", block=True)
+    assert len(set(counts)) == 1, f"the ranks' group counts differ: {counts}"
+    cluster3.px(RIGHT["ring_sum"])
+    checks.check(cluster3, checks.RING_SUM, seed=SEED)
+    assert "ring_sum: right on all 3 ranks" in capsys.readouterr().out

@@ -203,12 +203,8 @@ def _accumulate_observed(args: tuple, returned: Any) -> dict[str, Any]:
     model, opt, batches = args
     given = _given.pop("accumulate", None) or {}
     changed = []
-    if "items" in given and (len(batches) != len(given["items"])
-                             or any(a is not b for a, b in zip(batches, given["items"]))):
-        changed.append(f"the caller's list micro_batches (it held {len(given['items'])} pairs, "
-                       f"now {len(batches)}): leave it as it was (loop over it, or over "
-                       "micro_batches[:-1], without pop or del)")
-    elif "batches" in given and not _same_tensors(given["batches"], list(batches)):
+    # (the list itself, its items removed or replaced, is every exercise's rule: trial, state)
+    if "batches" in given and not _same_tensors(given["batches"], list(batches)):
         changed.append("the tensors of micro_batches in place: leave them as they were")
     if "settings" in given and _settings(opt) != given["settings"]:
         keys = sorted({k for was, now in zip(given["settings"], _settings(opt))

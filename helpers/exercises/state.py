@@ -119,20 +119,33 @@ def _tensors(args: tuple, names: Sequence[str]) -> list[tuple[str, Any]]:
     return found
 
 
-def inputs(args: tuple, names: Sequence[str]) -> list[tuple[str, bool, Any, int]]:
-    """What every exercise's inputs must keep: whether each requires grad, its .grad (a copy),
-    and where its memory is (its identity for every view of it)."""
-    return [(label, t.requires_grad, None if t.grad is None else t.grad.detach().clone(),
-             t.data_ptr()) for label, t in _tensors(args, names)]
+def inputs(args: tuple, names: Sequence[str]) -> dict[str, Any]:
+    """What every exercise's inputs must keep: the items of every list argument, and of every
+    tensor whether it requires grad, its .grad (a copy) and where its memory is (its identity
+    for every view of it)."""
+    return {"names": list(names),
+            "lists": [(names[i] if i < len(names) else f"argument {i + 1}", tuple(arg))
+                      for i, arg in enumerate(args) if isinstance(arg, list)],
+            "tensors": [(label, t.requires_grad,
+                         None if t.grad is None else t.grad.detach().clone(), t.data_ptr())
+                        for label, t in _tensors(args, names)]}
 
 
-def inputs_changed(before: list[tuple[str, bool, Any, int]], args: tuple) -> list[str]:
+def inputs_changed(before: dict[str, Any], args: tuple) -> list[str]:
     """How the answer changed its inputs beyond their values (which each exercise judges)."""
     import torch
 
     problems = []
-    now = _tensors(args, [label for label, *_ in before])
-    for (label, needed, grad, pointer), (_, t) in zip(before, now):
+    lists = [arg for arg in args if isinstance(arg, list)]
+    for (label, items), now in zip(before["lists"], lists):
+        if len(now) != len(items) or any(a is not b for a, b in zip(now, items)):
+            how = (f"it held {len(items)} items, now {len(now)}" if len(now) != len(items)
+                   else "items replaced")
+            problems.append(f"changed the caller's list {label} ({how}): leave it as it was "
+                            "(loop over it, or over a slice or a copy, without pop, del or "
+                            "assignment)")
+    now = _tensors(args, before["names"])
+    for (label, needed, grad, pointer), (_, t) in zip(before["tensors"], now):
         if t.requires_grad != needed:
             problems.append(f"{label} {'now requires' if t.requires_grad else 'no longer requires'}"
                             " grad (leave requires_grad as it was: work on a detached copy)")

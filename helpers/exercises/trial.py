@@ -227,6 +227,7 @@ def run(exercise: Any, seed: int, timeout_s: float, token: str) -> dict[str, Any
     token: new for every call, the same on every rank (``agree``)."""
     import torch.distributed as dist
     from IPython import get_ipython
+    from torch.distributed import distributed_c10d as c10d
 
     namespace = get_ipython().user_ns
     if not callable(namespace.get(exercise.name)):
@@ -243,7 +244,11 @@ def run(exercise: Any, seed: int, timeout_s: float, token: str) -> dict[str, Any
         smaller = _group(list(range(n - 1)), timeout_s)  # every rank calls it, the last too
         if me < n - 1:
             runs["smaller"] = _attempt(namespace, exercise, seed + 1, smaller, device)
-    agree(token, "done", b"1", verdict_s)  # every rank is done with every file the runs used
+    # every rank is done with every file the runs used; and the count of groups made so far,
+    # which names the next group, agrees again: the learner's code may have made groups in
+    # the run on one rank fewer, where the last rank did not run it (new_group would hang)
+    made = agree(token, "done", str(c10d._world.group_count).encode(), verdict_s)
+    c10d._world.group_count = max(int(count) for count in made)
     if exercise.cleanup is not None:
         exercise.cleanup(me, seed)
     mine = [g for g in (everyone, smaller) if g is not None and dist.get_rank(g) >= 0]
