@@ -65,6 +65,19 @@ MORE_WRONG_SHARED: dict[str, list[tuple]] = {
          "started isend (asynchronous) and never waited for it", 2),
     ],
     "zero_sgd_step": [
+        ("the reduce-scatter's shard thrown away, every rank's whole gradient all-gathered", '''
+import math
+
+def zero_sgd_step(params, grad, lr):
+    size = math.ceil(params.numel() / world_size)
+    padded = torch.zeros(size * world_size, dtype=grad.dtype, device=grad.device)
+    padded[:grad.numel()] = grad
+    mine = torch.empty(size, dtype=grad.dtype, device=grad.device)
+    dist.reduce_scatter_single(mine, padded)
+    every = torch.empty(world_size * padded.numel(), dtype=grad.dtype, device=grad.device)
+    dist.all_gather_single(every, padded)
+    mean = every.view(world_size, -1).mean(dim=0)
+    params -= lr * mean[:params.numel()]''', "all-gathered"),
         ("params.data rebound to the result, not written into",
          RIGHT["zero_sgd_step"].replace("    params.copy_(full[:params.numel()])",
                                         "    params.data = full[:params.numel()].clone()"),
@@ -88,6 +101,38 @@ MORE_WRONG_SHARED: dict[str, list[tuple]] = {
                                            "        while micro_batches:\n"
                                            "            mb = micro_batches.pop(0)\n"),
          "changed the caller's list micro_batches (it held"),
+    ],
+    "row_parallel_forward": [
+        ("the whole activation and weight rebuilt by one all_reduce of zero-padded shards", '''
+def row_parallel_forward(h_part, w_part, bias):
+    k, b, d_out = h_part.shape[1], h_part.shape[0], w_part.shape[0]
+    h = torch.zeros(b, k * world_size, dtype=h_part.dtype, device=h_part.device)
+    w = torch.zeros(d_out, k * world_size, dtype=w_part.dtype, device=w_part.device)
+    h[:, rank * k:(rank + 1) * k] = h_part
+    w[:, rank * k:(rank + 1) * k] = w_part
+    packed = torch.cat([h.reshape(-1), w.reshape(-1)])
+    dist.all_reduce(packed)
+    h, w = packed[:h.numel()].view_as(h), packed[h.numel():].view_as(w)
+    return h @ w.T + bias''', "the one all_reduce carries this rank's partial output"),
+    ],
+    "column_parallel_backward": [
+        ("the whole output gradient and weight rebuilt by one all_reduce", '''
+def column_parallel_backward(x, w_part, grad_out_part):
+    k, b, d_in = w_part.shape[0], x.shape[0], x.shape[1]
+    g = torch.zeros(b, k * world_size, dtype=x.dtype, device=x.device)
+    w = torch.zeros(k * world_size, d_in, dtype=x.dtype, device=x.device)
+    g[:, rank * k:(rank + 1) * k] = grad_out_part
+    w[rank * k:(rank + 1) * k] = w_part
+    packed = torch.cat([g.reshape(-1), w.reshape(-1)])
+    dist.all_reduce(packed)
+    g, w = packed[:g.numel()].view_as(g), packed[g.numel():].view_as(w)
+    return g @ w, grad_out_part.T @ x''', "carries this rank's part of the input's gradient"),
+    ],
+    "ring_all_gather": [
+        ("sized for the lesson's chunks of 2 numbers",
+         RIGHT["ring_all_gather"].replace("    n, size = world_size, chunk.numel()\n",
+                                          "    n, size = world_size, 2\n"),
+         "ring_all_gather raised RuntimeError: The expanded size"),
     ],
     "ring_sum": [
         ("of each step's sends and receives, only the receive waited for",

@@ -200,3 +200,14 @@ def test_an_answer_that_makes_groups_leaves_the_next_checks_working(cluster3, ca
     cluster3.px(RIGHT["ring_sum"])
     checks.check(cluster3, checks.RING_SUM, seed=SEED)
     assert "ring_sum: right on all 3 ranks" in capsys.readouterr().out
+
+
+def test_a_ring_all_gather_check_meets_two_chunk_lengths():
+    """Notebook 02's exercise 2 promises any chunk: its check runs at n ranks with a seed and
+    at n - 1 with the seed + 1, and the two runs must not share a chunk length, so that an
+    answer sized for one length (the lesson's 2) fails one of them, whatever the seed."""
+    from helpers.exercises.collectives import chunk_length
+
+    for seed in range(2000):
+        for size in range(2, 17):
+            assert chunk_length(size, seed) != chunk_length(size - 1, seed + 1), (seed, size)

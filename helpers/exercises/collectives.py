@@ -69,9 +69,10 @@ MEAN_OF_ALL = Exercise("mean_of_all", _mean_args, _mean_expected, _mean_means,
 
 # ---- exercise 2: a ring all-gather, world_size - 1 steps of one chunk each --------------
 def chunk_length(size: int, seed: int) -> int:
-    """2 to 4 numbers, never the same at two world sizes in a row: a check runs at n ranks,
-    then at n - 1, so an answer that assumes one chunk length fails one of them."""
-    return 2 + (seed + size) % 3
+    """2 to 4 numbers, never the same at two world sizes in a row: a check runs at n ranks
+    with a seed, then at n - 1 with the seed + 1, so an answer that assumes one chunk length
+    fails one of them (seed + 2 * size moves by 2 - 1 = 1 between the two runs, never by 3)."""
+    return 2 + (seed + 2 * size) % 3
 
 
 def gather_input(rank: int, seed: int = 0, length: int = 2) -> torch.Tensor:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -25,11 +28,36 @@ def _inputs_changed(args: tuple, returned: Any) -> bool:
     return not all(torch.equal(a, b) for a, b in zip(now, _given))
 
 
-def _untouched_and_one_all_reduce(calls: Calls, rank: int, size: int,
-                                  changed: Any) -> str | None:
-    if changed:
+def _observed(args: tuple, returned: Any) -> dict[str, Any]:
+    """Whether the inputs changed, and their shapes (what the all_reduce should carry)."""
+    return {"changed": _inputs_changed(args, returned),
+            "shapes": [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]}
+
+
+def _one_all_reduce_of(numbers: Callable[[list[tuple[int, ...]]], int], what: str,
+                       calls: Calls, rank: int, size: int, observed: Any) -> str | None:
+    """The rule (bound to numbers and what with functools.partial, which pickles: the
+    exercise travels to the ranks): inputs untouched, one all_reduce, and what it carries:
+    `numbers(shapes of the inputs)` numbers, `what` (not a weight, not an activation whole)."""
+    if observed["changed"]:
         return "changed its inputs: leave them as they were (work on new tensors)"
-    return one_all_reduce(calls, rank, size, changed)
+    if problem := one_all_reduce(calls, rank, size, observed):
+        return problem
+    want, got = numbers(observed["shapes"]), math.prod(calls[0]["shapes"][0])
+    if got != want:
+        return (f"all-reduced {got} numbers: the one all_reduce carries {what}, {want} "
+                "numbers here (the rest stays where it is, split)")
+    return None
+
+
+def _row_numbers(shapes: list[tuple[int, ...]]) -> int:
+    """Batch x output features: the shapes of h_part and w_part."""
+    return shapes[0][0] * shapes[1][0]
+
+
+def _column_numbers(shapes: list[tuple[int, ...]]) -> int:
+    """The input's own shape: x, the first argument."""
+    return shapes[0][0] * shapes[0][1]
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -58,8 +86,11 @@ def _row_expected(rank: int, size: int, seed: int) -> torch.Tensor:
 
 
 ROW_PARALLEL_FORWARD = Exercise(
-    "row_parallel_forward", _row_args, _row_expected, _untouched_and_one_all_reduce,
-    "one all_reduce, inputs left as they were", observe=_inputs_changed, cases=2)
+    "row_parallel_forward", _row_args, _row_expected,
+    partial(_one_all_reduce_of, _row_numbers,
+            "this rank's partial output (batch x output features)"),
+    "one all_reduce of the partial output, inputs left as they were", observe=_observed,
+    cases=2)
 
 
 # ---- exercise 2: the column-parallel backward -----------------------------------------------
@@ -86,9 +117,11 @@ def _column_expected(rank: int, size: int, seed: int) -> list[torch.Tensor]:
 
 
 COLUMN_PARALLEL_BACKWARD = Exercise(
-    "column_parallel_backward", _column_args, _column_expected, _untouched_and_one_all_reduce,
-    "one all_reduce (for the input's gradient), inputs left as they were",
-    observe=_inputs_changed, cases=2)
+    "column_parallel_backward", _column_args, _column_expected,
+    partial(_one_all_reduce_of, _column_numbers,
+            "this rank's part of the input's gradient (the input's shape)"),
+    "one all_reduce (of the input's gradient), inputs left as they were", observe=_observed,
+    cases=2)
 
 
 # ---- exercise 3: a pipeline's forward pass --------------------------------------------------

@@ -214,6 +214,11 @@ def _step_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None
         return (f"reduce-scattered {got} elements in all (input and output), expected "
                 f"{padded + padded // size}: pad {n} elements to {padded}, the next multiple "
                 f"of {size}, no further")
+    gathered = list(calls[made.index(gathers[0])]["shapes"])
+    if (sent := numel(gathered[-1:])) != padded // size:  # the input: its last tensor argument
+        return (f"all-gathered {sent} numbers from each rank: each rank sends only its updated "
+                f"shard of the parameters, {padded // size} numbers (the gradient never travels "
+                "whole: the reduce-scatter has summed each rank's shard of it)")
     return None
 
 
