@@ -19,6 +19,10 @@ SUB_GROUP = ("    last = max(1, world_size - 1)\n"
              "    fewer = dist.new_group(list(range(last)))\n"
              "    if rank < last:\n"
              "        dist.all_reduce(one, group=fewer)\n")
+WHOLE_GRADIENTS = ("    every = torch.empty(world_size * padded.numel(), dtype=grad.dtype, "
+                   "device=grad.device)\n"
+                   "    dist.all_gather_single(every, padded)\n"
+                   "    params -= lr * every.view(world_size, -1).mean(dim=0)[:params.numel()]\n")
 EVEN_SEND = "        dist.send(mine, dst=partner)\n        dist.recv"  # the even ranks' send
 
 # (what, source, a piece of the message that names the mistake[, world size])
@@ -65,19 +69,9 @@ MORE_WRONG_SHARED: dict[str, list[tuple]] = {
          "started isend (asynchronous) and never waited for it", 2),
     ],
     "zero_sgd_step": [
-        ("the reduce-scatter's shard thrown away, every rank's whole gradient all-gathered", '''
-import math
-
-def zero_sgd_step(params, grad, lr):
-    size = math.ceil(params.numel() / world_size)
-    padded = torch.zeros(size * world_size, dtype=grad.dtype, device=grad.device)
-    padded[:grad.numel()] = grad
-    mine = torch.empty(size, dtype=grad.dtype, device=grad.device)
-    dist.reduce_scatter_single(mine, padded)
-    every = torch.empty(world_size * padded.numel(), dtype=grad.dtype, device=grad.device)
-    dist.all_gather_single(every, padded)
-    mean = every.view(world_size, -1).mean(dim=0)
-    params -= lr * mean[:params.numel()]''', "all-gathered"),
+        ("the reduce-scatter's shard thrown away, every rank's whole gradient all-gathered",
+         RIGHT["zero_sgd_step"].split("    mine /= world_size\n")[0] + WHOLE_GRADIENTS,
+         "all-gathered"),
         ("params.data rebound to the result, not written into",
          RIGHT["zero_sgd_step"].replace("    params.copy_(full[:params.numel()])",
                                         "    params.data = full[:params.numel()].clone()"),

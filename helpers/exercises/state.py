@@ -1,5 +1,7 @@
 """What an answer must leave as it found it, read before and compared after every call that a
-checker makes of the learner's code: the global random generators and the environment.
+checker makes of the learner's code, in every exercise (from notebook 00's on): the global
+random generators, the environment, autograd's mode, torch's default dtype and device, and
+the inputs' lists, flags, gradients and memory.
 
 Used by ``trial`` (answers run on the ranks) and by the checkers of functions a learner runs
 in the notebook itself (``launching``).
