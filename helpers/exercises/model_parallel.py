@@ -50,6 +50,16 @@ def _one_all_reduce_of(numbers: Callable[[list[tuple[int, ...]]], int], what: st
     return None
 
 
+def _one_all_reduce_exercise(name: str, make_args: Callable[..., tuple],
+                             expected: Callable[[int, int, int], Any],
+                             numbers: Callable[[list[tuple[int, ...]]], int], what: str,
+                             carried: str) -> Exercise:
+    """Exercises 1 and 2: one all_reduce of `what`, inputs untouched, two cases a check."""
+    return Exercise(name, make_args, expected, partial(_one_all_reduce_of, numbers, what),
+                    f"one all_reduce {carried}, inputs left as they were", observe=_observed,
+                    cases=2)
+
+
 def _row_numbers(shapes: list[tuple[int, ...]]) -> int:
     """Batch x output features: the shapes of h_part and w_part."""
     return shapes[0][0] * shapes[1][0]
@@ -85,12 +95,9 @@ def _row_expected(rank: int, size: int, seed: int) -> torch.Tensor:
     return h @ w.T + bias
 
 
-ROW_PARALLEL_FORWARD = Exercise(
-    "row_parallel_forward", _row_args, _row_expected,
-    partial(_one_all_reduce_of, _row_numbers,
-            "this rank's partial output (batch x output features)"),
-    "one all_reduce of the partial output, inputs left as they were", observe=_observed,
-    cases=2)
+ROW_PARALLEL_FORWARD = _one_all_reduce_exercise(
+    "row_parallel_forward", _row_args, _row_expected, _row_numbers,
+    "this rank's partial output (batch x output features)", "of the partial output")
 
 
 # ---- exercise 2: the column-parallel backward -----------------------------------------------
@@ -116,12 +123,9 @@ def _column_expected(rank: int, size: int, seed: int) -> list[torch.Tensor]:
     return [grad_out @ w, grad_out[:, part].T @ x]
 
 
-COLUMN_PARALLEL_BACKWARD = Exercise(
-    "column_parallel_backward", _column_args, _column_expected,
-    partial(_one_all_reduce_of, _column_numbers,
-            "this rank's part of the input's gradient (the input's shape)"),
-    "one all_reduce (of the input's gradient), inputs left as they were", observe=_observed,
-    cases=2)
+COLUMN_PARALLEL_BACKWARD = _one_all_reduce_exercise(
+    "column_parallel_backward", _column_args, _column_expected, _column_numbers,
+    "this rank's part of the input's gradient (the input's shape)", "(of the input's gradient)")
 
 
 # ---- exercise 3: a pipeline's forward pass --------------------------------------------------
