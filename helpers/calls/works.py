@@ -10,7 +10,9 @@ not the timing.
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from typing import Any
 
 _watched: list[tuple[dict[str, Any], tuple[dict[str, Any], ...]]] = []  # while a check runs
@@ -35,24 +37,26 @@ def _called_from(namespace: dict[str, Any], through: tuple[dict[str, Any], ...])
 
 
 class WatchedWork:
-    """A work as the learner's code gets it during a check: the same, and its entry notes the
-    wait (``wait()``, a completed ``is_completed()``, or the future taken over)."""
+    """A work as the learner's code gets it during a check: the same, and `waited()` is called
+    once it has been waited for (``wait()``, a completed ``is_completed()``, or the future
+    taken over, whose taker takes on the wait)."""
 
-    def __init__(self, work: Any, entry: dict[str, Any]) -> None:
-        self._work, self._entry = work, entry
+    def __init__(self, work: Any, waited: Callable[[], None]) -> None:
+        self._work, self._waited = work, waited
 
     def wait(self, *args: Any, **kwargs: Any) -> Any:
         result = self._work.wait(*args, **kwargs)
-        self._entry["waited"] = True
+        self._waited()
         return result
 
     def is_completed(self) -> bool:
         done = self._work.is_completed()
-        self._entry["waited"] = self._entry["waited"] or done
+        if done:
+            self._waited()
         return done
 
     def get_future(self) -> Any:
-        self._entry["waited"] = True  # whoever takes the future takes on the wait
+        self._waited()
         return self._work.get_future()
 
     def __getattr__(self, name: str) -> Any:
@@ -61,38 +65,17 @@ class WatchedWork:
 
 def handed_back(result: Any, entry: dict[str, Any]) -> Any:
     """What an asynchronous call returns to its caller: while code is watched and made the
-    call, its work(s) wrapped (batch_isend_irecv gives a list), the entry not yet waited."""
+    call, its work(s) wrapped (batch_isend_irecv gives a list, waited when all of it is), the
+    entry not yet waited."""
     if result is None or not _watched or not _called_from(*_watched[0]):
         return result
     entry["waited"] = False
-    if isinstance(result, list):
-        waited = [False] * len(result)
-        return [_Part(work, entry, waited, i) for i, work in enumerate(result)]
-    return WatchedWork(result, entry)
+    if not isinstance(result, list):
+        return WatchedWork(result, lambda: entry.__setitem__("waited", True))
+    done = [False] * len(result)
 
+    def part_waited(i: int) -> None:
+        done[i] = True
+        entry["waited"] = all(done)
 
-class _Part(WatchedWork):
-    """One work of a batch: the batch's entry counts as waited when all its works are."""
-
-    def __init__(self, work: Any, entry: dict[str, Any], waited: list[bool], i: int) -> None:
-        super().__init__(work, {"waited": False})
-        self._batch, self._waited, self._i = entry, waited, i
-
-    def wait(self, *args: Any, **kwargs: Any) -> Any:
-        result = super().wait(*args, **kwargs)
-        self._mark()
-        return result
-
-    def is_completed(self) -> bool:
-        done = super().is_completed()
-        if done:
-            self._mark()
-        return done
-
-    def get_future(self) -> Any:
-        self._mark()
-        return super().get_future()
-
-    def _mark(self) -> None:
-        self._waited[self._i] = True
-        self._batch["waited"] = all(self._waited)
+    return [WatchedWork(work, functools.partial(part_waited, i)) for i, work in enumerate(result)]

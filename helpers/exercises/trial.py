@@ -252,28 +252,28 @@ def run(exercise: Any, seed: int, timeout_s: float, token: str) -> dict[str, Any
     if exercise.cleanup is not None:
         exercise.cleanup(me, seed)
     mine = [g for g in (everyone, smaller) if g is not None and dist.get_rank(g) >= 0]
-    gloo = [dist.get_backend(g) == "gloo" for g in mine]  # the last rank is not in `smaller`
-    for group in mine:
-        dist.destroy_process_group(group)
-    del everyone, smaller, group
-    release([g for g, g_is_gloo in zip(mine, gloo) if g_is_gloo], mine)
+    del everyone, smaller  # (the last rank is not in `smaller`)
+    release(mine)
     return runs
 
 
 _releasing: list[threading.Thread] = []
 
 
-def release(in_background: list[Any], groups: list[Any]) -> None:
-    """Drop the trial's last references to its groups, once destroyed: gloo's in a thread.
+def release(groups: list[Any]) -> None:
+    """Destroy the trial's groups and drop its last references to them: gloo's in a thread.
 
     A gloo group's destructor waits for its transport's event loop once for every peer, about
     10 ms each, with the GIL released: in a thread, that time overlaps the answer's trip back
     to the notebook and the next check's start. Other backends' groups go here and now.
     """
+    import torch.distributed as dist
+
+    later = [g for g in groups if dist.get_backend(g) == "gloo"]  # asked before destroying
+    for i in range(len(groups)):  # (no loop variable left holding a group when this returns)
+        dist.destroy_process_group(groups[i])
     made = [weakref.ref(g) for g in groups]
-    later = list(in_background)
     groups.clear()
-    in_background.clear()
 
     def drop() -> None:
         later.clear()
