@@ -33,12 +33,14 @@ from .exercises.model_parallel import (
     ROW_PARALLEL_FORWARD,
 )
 from .exercises.point_to_point import RING_SUM, SHIFT_RIGHT, SWAP_WITH_PARTNER
+from .exercises.sequences_and_experts import DISPATCH_TO_EXPERTS, MERGE_PARTIALS, RING_ATTENTION
 from .exercises.sharding import GLOBAL_NORM, MY_PIECE, ZERO_SGD_STEP
 
 __all__ = [
     "ACCUMULATE",
     "COLUMN_PARALLEL_BACKWARD",
     "COUNT_RANKS",
+    "DISPATCH_TO_EXPERTS",
     "DISTRIBUTED_ACCURACY",
     "Exercise",
     "GLOBAL_MEAN",
@@ -47,11 +49,13 @@ __all__ = [
     "LOAD_AND_SHARE",
     "LOAD_WRONG_WAY",
     "MEAN_OF_ALL",
+    "MERGE_PARTIALS",
     "MY_PIECE",
     "MY_SHARD",
     "NEWEST_LOADABLE",
     "PIPELINE_FORWARD",
     "RING_ALL_GATHER",
+    "RING_ATTENTION",
     "RING_EXCHANGE",
     "RING_SUM",
     "ROW_PARALLEL_FORWARD",

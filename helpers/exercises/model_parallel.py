@@ -13,24 +13,12 @@ from torch import nn
 from .core import Calls, Exercise
 from .means import one_all_reduce, point_to_point_only
 from .point_to_point import messages
-
-_given: list[torch.Tensor] = []  # copies of the inputs of the call being judged, on this rank
-
-
-def _keep(args: tuple) -> tuple:
-    """Remember copies of the tensor inputs, so that the rule can tell if they changed."""
-    _given[:] = [a.detach().clone() for a in args if isinstance(a, torch.Tensor)]
-    return args
-
-
-def _inputs_changed(args: tuple, returned: Any) -> bool:
-    now = [a.detach() for a in args if isinstance(a, torch.Tensor)]
-    return not all(torch.equal(a, b) for a, b in zip(now, _given))
+from .state import keep_values, values_changed
 
 
 def _observed(args: tuple, returned: Any) -> dict[str, Any]:
     """Whether the inputs changed, and their shapes (what the all_reduce should carry)."""
-    return {"changed": _inputs_changed(args, returned),
+    return {"changed": values_changed(args),
             "shapes": [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]}
 
 
@@ -86,7 +74,7 @@ def _row_full(size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.T
 def _row_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
     h, w, bias, k = _row_full(size, seed)
     part = slice(rank * k, (rank + 1) * k)
-    return _keep((h[:, part].contiguous().to(device), w[:, part].contiguous().to(device),
+    return keep_values((h[:, part].contiguous().to(device), w[:, part].contiguous().to(device),
                   bias.to(device)))
 
 
@@ -112,7 +100,7 @@ def _column_full(size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torc
 def _column_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
     x, w, grad_out, k = _column_full(size, seed)
     part = slice(rank * k, (rank + 1) * k)
-    return _keep((x.to(device), w[part].contiguous().to(device),
+    return keep_values((x.to(device), w[part].contiguous().to(device),
                   grad_out[:, part].contiguous().to(device)))
 
 

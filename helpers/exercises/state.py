@@ -161,3 +161,28 @@ def inputs_changed(before: dict[str, Any], args: tuple) -> list[str]:
                             "update in place, write into it (x.copy_(...)) so that every view of "
                             "it sees the new values")
     return problems
+
+
+# ---- the inputs' values, for the exercises that judge them in their means rule -----------
+_values: list[Any] = []  # copies of the tensor inputs of the call being judged, on this rank
+
+
+def keep_values(args: tuple) -> tuple:
+    """Remember copies of the tensor arguments (make_args returns through this), so that
+    values_changed can tell if the answer wrote into them."""
+    _values[:] = [a.detach().clone() for a in args if _is_tensor(a)]
+    return args
+
+
+def values_changed(args: tuple) -> bool:
+    """Whether any tensor argument's values differ from the copy keep_values took."""
+    import torch
+
+    now = [a.detach() for a in args if _is_tensor(a)]
+    return len(now) != len(_values) or not all(torch.equal(a, b) for a, b in zip(now, _values))
+
+
+def _is_tensor(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)

@@ -101,8 +101,8 @@ def plot_timings(times: Mapping[str, tuple[float, float, str]], timeout: float) 
 
 
 
-COMMS = ("all_reduce", "all_gather", "reduce_scatter")
-COMM_COLOURS = {"all_reduce": "C4", "all_gather": "C9", "reduce_scatter": "C6"}
+COMMS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+COMM_COLOURS = {"all_reduce": "C4", "all_gather": "C9", "reduce_scatter": "C6", "all_to_all": "C5"}
 
 
 def plot_timeline(rows: Mapping[int, Sequence[tuple[str, float, float]]],
@@ -110,10 +110,11 @@ def plot_timeline(rows: Mapping[int, Sequence[tuple[str, float, float]]],
     """One training step per rank (notebook 04): compute on one lane, communication below it.
 
     rows maps a rank to (label, start, end) in seconds from the start of its step; labels
-    starting with "all_reduce", "all_gather" or "reduce_scatter" (notebook 08) go on the
-    communication lane, coloured by kind; "wait" is drawn hatched.
+    starting with "all_reduce", "all_gather", "reduce_scatter" (notebook 08) or "all_to_all"
+    (10) go on the communication lane, coloured by kind; "wait" is drawn hatched.
     """
-    colours = {"forward": "C0", "backward": "C1", "step": "C2", "wait": "0.85", "sleep": "C3"}
+    colours = {"forward": "C0", "backward": "C1", "step": "C2", "wait": "0.85", "sleep": "C3",
+               "attention": "C0", "experts": "C2"}
     ranks = sorted(rows)
     fig, ax = plt.subplots(figsize=(7, 0.75 * len(ranks) + 0.9), dpi=DPI)
     end = max((e for r in ranks for _, _, e in rows[r]), default=1.0) * 1e3

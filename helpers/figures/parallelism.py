@@ -1,5 +1,6 @@
 """What a split model holds on each rank: memory per rank (08), each rank's slice of a split
-layer and a 2-D mesh's groups (09)."""
+layer and a 2-D mesh's groups (09), which positions of a sequence and which tokens of the
+experts each rank holds (10)."""
 
 from __future__ import annotations
 
@@ -68,5 +69,43 @@ def plot_mesh(groups: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Figure:
     ax.set_ylim(-rows + 0.5, 0.5)
     ax.axis("off")
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def plot_positions(layouts: Mapping[str, Sequence[int]]) -> Figure:
+    """Notebook 10: which rank holds each position of the sequence, one row per layout
+    (layouts maps a name to the owner of each position)."""
+    world_size = max(max(o) for o in layouts.values()) + 1
+    cmap, top = ("tab10", 9) if world_size <= 10 else ("tab20", 19)
+    fig, axes = plt.subplots(len(layouts), 1, figsize=(7, 0.55 * len(layouts) + 0.7), dpi=DPI,
+                             squeeze=False)
+    for ax, (name, owner) in zip(axes[:, 0], layouts.items()):
+        ax.imshow(np.array(owner)[None, :], cmap=cmap, vmin=0, vmax=top, aspect="auto",
+                  interpolation="nearest")
+        ax.set_yticks([])
+        ax.set_xticks([])
+        ax.set_title(name, fontsize=8, loc="left")
+    axes[-1, 0].set_xlabel(f"position in the sequence (0 to {len(owner) - 1})", fontsize=8)
+    handles = [Rectangle((0, 0), 1, 1, color=plt.get_cmap(cmap)(r / top), label=f"rank {r}")
+               for r in range(world_size)]
+    fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=min(world_size, 8))
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    return fig
+
+
+def plot_routing(routes: Mapping[str, Sequence[Sequence[int]]], per_rank: int) -> Figure:
+    """Notebook 10: tokens sent by each rank (rows) to each expert (columns), one panel per
+    router; the experts of one rank sit between two white lines."""
+    fig, axes = plt.subplots(1, len(routes), figsize=(7, 2.6), dpi=DPI, squeeze=False)
+    for ax, (name, counts) in zip(axes[0], routes.items()):
+        grid = np.array(counts)
+        image = ax.imshow(grid, cmap="viridis", aspect="auto", interpolation="nearest")
+        for edge in range(per_rank, grid.shape[1], per_rank):
+            ax.axvline(edge - 0.5, color="white", linewidth=2)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("expert", fontsize=8)
+        ax.set_ylabel("sent by rank", fontsize=8)
+        fig.colorbar(image, ax=ax, label="tokens")
     fig.tight_layout()
     return fig

@@ -1,0 +1,197 @@
+"""The exercises of notebook 10 (sequences and experts): their inputs, right answers and rules."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from .core import Calls, Exercise
+from .means import no_communication, numel, ops, point_to_point_only
+from .point_to_point import messages
+from .state import keep_values, values_changed
+
+CHANGED = "changed its inputs: leave them as they were (work on new tensors)"
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _sent_and_received(calls: Calls) -> tuple[int, int]:
+    """How many numbers the point-to-point calls sent and received, batches included."""
+    sent = received = 0
+    for c in calls:
+        if c["op"] == "batch_isend_irecv":
+            for op, _, shape in c.get("parts") or ():
+                if op == "isend":
+                    sent += math.prod(shape)
+                else:
+                    received += math.prod(shape)
+        elif c["kind"] == "p2p" and c["shapes"]:
+            if c["op"] in ("send", "isend"):
+                sent += numel(c["shapes"][0])
+            else:
+                received += numel(c["shapes"][0])
+    return sent, received
+
+
+# ---- exercise 1: merge two partial attention results --------------------------------------
+def _merge_inputs(rank: int, seed: int) -> list[torch.Tensor]:
+    """out_a, lse_a, out_b, lse_b: large log-sum-exps on some rows (exp overflows float32
+    above about 88), -inf on one side of others (that side saw no key), never on both."""
+    g = _generator(seed * 7919 + rank)
+    b, heads, rows, width = 1 + seed % 2, 1 + (seed + rank) % 3, 4 + (seed + rank) % 5, 2 + seed % 3
+    out_a, out_b = (torch.randn(b, heads, rows, width, generator=g) for _ in range(2))
+    lse_a, lse_b = (torch.randn(b, heads, rows, generator=g) * 3 for _ in range(2))
+    big = torch.rand(b, heads, rows, generator=g) < 0.5
+    lse_a = torch.where(big, lse_a * 20 + 120, lse_a)
+    lse_b = torch.where(big, lse_b * 20 + 120, lse_b)
+    side = torch.randint(0, 3, (b, heads, rows), generator=g)  # 1 or 2: that side saw no key
+    side[..., 0], side[..., 1] = 1, 2  # every check meets both kinds
+    for one, (out, lse) in ((1, (out_a, lse_a)), (2, (out_b, lse_b))):
+        lse.masked_fill_(side == one, float("-inf"))
+        out.masked_fill_((side == one).unsqueeze(-1), 0.0)
+    return [out_a, lse_a, out_b, lse_b]
+
+
+def _merge_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
+    return keep_values(tuple(t.to(device) for t in _merge_inputs(rank, seed)))
+
+
+def _merge_expected(rank: int, size: int, seed: int) -> list[torch.Tensor]:
+    out_a, lse_a, out_b, lse_b = (t.double() for t in _merge_inputs(rank, seed))
+    lse = torch.logaddexp(lse_a, lse_b)
+    out = (out_a * torch.exp(lse_a - lse).unsqueeze(-1)
+           + out_b * torch.exp(lse_b - lse).unsqueeze(-1))
+    return [out.float(), lse.float()]
+
+
+def _merge_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
+    return CHANGED if observed else no_communication(calls, rank, size, observed)
+
+
+def _changed(args: tuple, returned: Any) -> bool:
+    return values_changed(args)
+
+
+MERGE_PARTIALS = Exercise(
+    "merge_partials", _merge_args, _merge_expected, _merge_means,
+    "no communication, inputs left as they were", observe=_changed, cases=2)
+
+
+# ---- exercise 2: ring attention, without a mask -------------------------------------------
+def _ring_setup(size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every rank's q (its own number of rows), and every rank's k and v (L_k rows each)."""
+    g = _generator(seed)
+    b, heads, width, keys = 1 + seed % 2, 1 + seed % 3, 2 + seed % 3, 1 + seed % 4
+    queries = [2 + (seed + 3 * r) % 4 for r in range(size)]
+    q = [torch.randn(b, heads, n, width, generator=g) for n in queries]
+    k = torch.randn(size, b, heads, keys, width, generator=g)
+    v = torch.randn(size, b, heads, keys, width, generator=g)
+    return q, k, v
+
+
+def _ring_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
+    q, k, v = _ring_setup(size, seed)
+    return keep_values((q[rank].to(device), k[rank].to(device), v[rank].to(device)))
+
+
+def _ring_expected(rank: int, size: int, seed: int) -> torch.Tensor:
+    q, k, v = _ring_setup(size, seed)
+    keys, values = (torch.cat(list(t.double()), dim=2) for t in (k, v))  # every rank's, in order
+    scores = q[rank].double() @ keys.transpose(-2, -1) * q[rank].shape[-1] ** -0.5
+    return (scores.softmax(-1) @ values).float()
+
+
+def _ring_observed(args: tuple, returned: Any) -> dict[str, Any]:
+    return {"changed": values_changed(args), "numbers": args[1].numel() + args[2].numel()}
+
+
+def _ring_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
+    """Point-to-point only, right neighbour out and left in, (size - 1) x (k and v) numbers."""
+    if observed["changed"]:
+        return CHANGED
+    if size == 1:
+        return no_communication(calls, rank, size, observed) and (
+            "one rank alone holds every key already: it sends and receives nothing")
+    if problem := point_to_point_only(calls, rank, size, observed):
+        return problem
+    right, left = (rank + 1) % size, (rank - 1) % size
+    sent, received = messages(calls)
+    if wrong := sorted({str(p) for p in sent if p != right}):
+        return f"sent to rank(s) {', '.join(wrong)}: a ring sends only to the right, rank {right}"
+    if wrong := sorted({"any source" if p is None else str(p) for p in received if p != left}):
+        return (f"received from {', '.join(wrong)}: a ring receives only from the left, "
+                f"rank {left}")
+    numbers, want = _sent_and_received(calls), (size - 1) * observed["numbers"]
+    if numbers != (want, want):
+        return (f"sent {numbers[0]} and received {numbers[1]} numbers: each rank's k and v go "
+                f"around the ring once, {size - 1} steps of {observed['numbers']} numbers "
+                f"({want} each way)")
+    return None
+
+
+RING_ATTENTION = Exercise(
+    "ring_attention", _ring_args, _ring_expected, _ring_means,
+    "point-to-point only: k and v to the right and from the left, world_size - 1 times",
+    observe=_ring_observed, cases=2, atol=1e-5)
+
+
+# ---- exercise 3: send the tokens to their experts -----------------------------------------
+def _dispatch_setup(size: int, seed: int) -> tuple[int, list[torch.Tensor], list[torch.Tensor]]:
+    """experts_per_rank, and every rank's tokens and experts; one expert never chosen (when
+    there are two or more), and the number of tokens differing from rank to rank."""
+    g = _generator(seed)
+    per_rank, d = 1 + seed % 3, 2 + seed % 3
+    experts = per_rank * size
+    unused = int(torch.randint(0, experts, (1,), generator=g))
+    tokens, chosen = [], []
+    for r in range(size):
+        count = 3 + (seed + 5 * r) % 6
+        tokens.append(torch.randn(count, d, generator=g))
+        pick = torch.randint(0, max(experts - 1, 1), (count,), generator=g)
+        chosen.append(pick + (pick >= unused).long() if experts > 1 else pick)
+    return per_rank, tokens, chosen
+
+
+def _dispatch_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
+    per_rank, tokens, chosen = _dispatch_setup(size, seed)
+    return (*keep_values((tokens[rank].to(device), chosen[rank].to(device))), per_rank)
+
+
+def _dispatch_expected(rank: int, size: int, seed: int) -> torch.Tensor:
+    per_rank, tokens, chosen = _dispatch_setup(size, seed)
+    mine = range(rank * per_rank, (rank + 1) * per_rank)
+    return torch.cat([tokens[s][chosen[s] == e] for e in mine for s in range(size)])
+
+
+def _dispatch_observed(args: tuple, returned: Any) -> dict[str, Any]:
+    return {"changed": values_changed(args[:2]), "tokens": args[0].numel(), "per_rank": args[2]}
+
+
+def _dispatch_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
+    """Two all_to_all_single: one number per expert, then each token once."""
+    if observed["changed"]:
+        return CHANGED
+    if p2p := ops(calls, "p2p"):
+        return f"called {sorted(set(p2p))}: two all_to_all_single calls and nothing else, please"
+    made = ops(calls, "collective")
+    if made != ["all_to_all_single", "all_to_all_single"]:
+        return (f"made the collective calls {made}: two all_to_all_single, the counts first, "
+                "then the rows")
+    counts, rows = (numel(c["shapes"][1]) if len(c["shapes"]) > 1 else None for c in calls)
+    if counts != observed["per_rank"] * size:
+        return (f"the first all_to_all_single sent {counts} numbers: one per expert, "
+                f"{observed['per_rank'] * size} here")
+    if rows != observed["tokens"]:
+        return (f"the second all_to_all_single sent {rows} numbers: each of this rank's tokens "
+                f"once, {observed['tokens']} numbers here")
+    return None
+
+
+DISPATCH_TO_EXPERTS = Exercise(
+    "dispatch", _dispatch_args, _dispatch_expected, _dispatch_means,
+    "two all_to_all_single calls: the counts per expert, then each token once",
+    observe=_dispatch_observed, cases=2)
