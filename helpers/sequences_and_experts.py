@@ -40,15 +40,14 @@ def head_tail_positions(rank: int, world_size: int, length: int) -> torch.Tensor
 
 
 def owners(layout: list[torch.Tensor]) -> list[int]:
-    """The rank holding each position, from every rank's positions (for a picture)."""
-    length = sum(len(p) for p in layout)
-    owner = [-1] * length
-    for rank, positions in enumerate(layout):
-        for p in positions.tolist():
-            owner[p] = rank
-    if -1 in owner:
-        raise ValueError(f"position {owner.index(-1)} is held by no rank")
-    return owner
+    """The rank holding each position, from every rank's positions (for a picture); every
+    position from 0 up must be held by one rank exactly."""
+    held = {p: rank for rank, positions in enumerate(layout) for p in positions.tolist()}
+    if len(held) != sum(len(p) for p in layout):
+        raise ValueError("a position is held by two ranks")
+    if missing := [p for p in range(max(held, default=-1) + 1) if p not in held]:
+        raise ValueError(f"position {missing[0]} is held by no rank")
+    return [held[p] for p in range(len(held))]
 
 
 def expert_capacity(tokens: int, k: int, experts: int, factor: float) -> int:

@@ -1211,3 +1211,117 @@ def pipeline_forward(stage, micro_batches):
                 outputs.append(a)
     return outputs''', "point-to-point calls only"),
 ]
+
+# ---- notebook 10 ---------------------------------------------------------------------------
+RIGHT["merge_partials"] = '''
+def merge_partials(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    wa, wb = torch.exp(lse_a - lse).unsqueeze(-1), torch.exp(lse_b - lse).unsqueeze(-1)
+    return [out_a * wa + out_b * wb, lse]
+'''
+WRONG["merge_partials"] = [
+    ("the stub: the first side only", '''
+def merge_partials(out_a, lse_a, out_b, lse_b):
+    return [out_a, lse_a]''', "merge_partials gave"),
+    ("exp taken directly: overflows above 88", '''
+def merge_partials(out_a, lse_a, out_b, lse_b):
+    wa, wb = torch.exp(lse_a), torch.exp(lse_b)
+    total = wa + wb
+    return [(out_a * wa.unsqueeze(-1) + out_b * wb.unsqueeze(-1)) / total.unsqueeze(-1),
+            torch.log(total)]''', "merge_partials gave"),
+    ("PyTorch's sigmoid form: nan where lse_a is -inf", '''
+def merge_partials(out_a, lse_a, out_b, lse_b):
+    import torch.nn.functional as F
+
+    out = out_a - torch.sigmoid(lse_b - lse_a).unsqueeze(-1) * (out_a - out_b)
+    lse = lse_a - F.logsigmoid(lse_a - lse_b)
+    return [out, lse]''', "merge_partials gave"),
+]
+_MERGE = RIGHT["merge_partials"]
+
+RIGHT["ring_attention"] = '''
+def ring_attention(q, k, v):
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+    held, out, lse = torch.stack([k, v]), None, None
+    for step in range(world_size):
+        if step < world_size - 1:
+            incoming = torch.empty_like(held)
+            works = dist.batch_isend_irecv([dist.P2POp(dist.isend, held, right),
+                                            dist.P2POp(dist.irecv, incoming, left)])
+        scores = q @ held[0].transpose(-2, -1) * q.shape[-1] ** -0.5
+        block_lse = scores.logsumexp(-1)
+        block_out = torch.exp(scores - block_lse.unsqueeze(-1)) @ held[1]
+        if out is None:
+            out, lse = block_out, block_lse
+        else:
+            merged = torch.logaddexp(lse, block_lse)
+            out = (out * torch.exp(lse - merged).unsqueeze(-1)
+                   + block_out * torch.exp(block_lse - merged).unsqueeze(-1))
+            lse = merged
+        if step < world_size - 1:
+            for work in works:
+                work.wait()
+            held = incoming
+    return out
+'''
+_RING_ATT = RIGHT["ring_attention"]
+WRONG["ring_attention"] = [
+    ("the stub: this rank's keys only", '''
+def ring_attention(q, k, v):
+    import torch.nn.functional as F
+
+    return F.scaled_dot_product_attention(q, k, v)''', "ring_attention gave"),
+    ("every rank's keys gathered with all_gather", '''
+def ring_attention(q, k, v):
+    import torch.nn.functional as F
+
+    ks = [torch.empty_like(k) for _ in range(world_size)]
+    vs = [torch.empty_like(v) for _ in range(world_size)]
+    dist.all_gather(ks, k)
+    dist.all_gather(vs, v)
+    return F.scaled_dot_product_attention(q, torch.cat(ks, dim=2), torch.cat(vs, dim=2))''',
+     "point-to-point calls only"),
+    ("the ring turned the other way: to the left, from the right", _RING_ATT.replace(
+        "right, left = (rank + 1) % world_size, (rank - 1) % world_size",
+        "right, left = (rank - 1) % world_size, (rank + 1) % world_size"), "sent to rank(s)"),
+]
+
+RIGHT["dispatch"] = '''
+def dispatch(tokens, expert, experts_per_rank):
+    experts = experts_per_rank * world_size
+    order = torch.argsort(expert, stable=True)
+    counts = torch.bincount(expert, minlength=experts)
+    received = torch.empty_like(counts)
+    dist.all_to_all_single(received, counts)
+    send_splits = counts.view(world_size, experts_per_rank).sum(1).tolist()
+    receive_splits = received.view(world_size, experts_per_rank).sum(1).tolist()
+    rows = tokens.new_empty((sum(receive_splits), tokens.shape[1]))
+    dist.all_to_all_single(rows, tokens[order], receive_splits, send_splits)
+    local = torch.arange(experts_per_rank, device=tokens.device).repeat(world_size)
+    return rows[torch.argsort(local.repeat_interleave(received), stable=True)]
+'''
+_DISPATCH = RIGHT["dispatch"]
+WRONG["dispatch"] = [
+    ("the stub: this rank's own tokens for its experts", '''
+def dispatch(tokens, expert, experts_per_rank):
+    return tokens[expert // experts_per_rank == rank]''', "dispatch gave"),
+    ("the rows as they arrive: by source rank, not by expert", _DISPATCH.replace(
+        "    return rows[torch.argsort(local.repeat_interleave(received), stable=True)]",
+        "    return rows"), "dispatch gave"),
+    ("everything gathered everywhere, then filtered", '''
+def dispatch(tokens, expert, experts_per_rank):
+    sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world_size)]
+    dist.all_gather(sizes, torch.tensor([len(tokens)], device=device))
+    out = []
+    for e in range(rank * experts_per_rank, (rank + 1) * experts_per_rank):
+        for s in range(world_size):
+            t = tokens.new_empty((int(sizes[s]), tokens.shape[1]))
+            x = expert.new_empty(int(sizes[s]))
+            if s == rank:
+                t.copy_(tokens)
+                x.copy_(expert)
+            dist.broadcast(t, src=s)
+            dist.broadcast(x, src=s)
+            out.append(t[x == e])
+    return torch.cat(out)''', "two all_to_all_single"),
+]

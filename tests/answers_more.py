@@ -727,17 +727,18 @@ def in_sync(model):
 ]
 
 
-# ---- notebooks 04 to 09: one module each ---------------------------------------------------
+# ---- notebooks 04 to 10: one module each ---------------------------------------------------
 def _gather() -> None:
     import answers_checkpointing
     import answers_ddp
     import answers_hangs
     import answers_launching
     import answers_model_parallel
+    import answers_sequences
     import answers_sharding
 
     for module in (answers_ddp, answers_checkpointing, answers_hangs, answers_launching,
-                   answers_sharding, answers_model_parallel):
+                   answers_sharding, answers_model_parallel, answers_sequences):
         for mine, theirs in ((ALSO_RIGHT, "ALSO_RIGHT"), (MORE_WRONG, "MORE_WRONG"),
                              (IN_NOTEBOOK_ALSO_RIGHT, "IN_NOTEBOOK_ALSO_RIGHT"),
                              (IN_NOTEBOOK_MORE_WRONG, "IN_NOTEBOOK_MORE_WRONG")):
