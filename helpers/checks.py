@@ -33,12 +33,13 @@ from .exercises.model_parallel import (
     ROW_PARALLEL_FORWARD,
 )
 from .exercises.point_to_point import RING_SUM, SHIFT_RIGHT, SWAP_WITH_PARTNER
-from .exercises.sequences_and_experts import DISPATCH_TO_EXPERTS, MERGE_PARTIALS, RING_ATTENTION
+from .exercises.sequences_and_experts import COMBINE_PARTIALS, DISPATCH_TO_EXPERTS, RING_ATTENTION
 from .exercises.sharding import GLOBAL_NORM, MY_PIECE, ZERO_SGD_STEP
 
 __all__ = [
     "ACCUMULATE",
     "COLUMN_PARALLEL_BACKWARD",
+    "COMBINE_PARTIALS",
     "COUNT_RANKS",
     "DISPATCH_TO_EXPERTS",
     "DISTRIBUTED_ACCURACY",
@@ -49,7 +50,6 @@ __all__ = [
     "LOAD_AND_SHARE",
     "LOAD_WRONG_WAY",
     "MEAN_OF_ALL",
-    "MERGE_PARTIALS",
     "MY_PIECE",
     "MY_SHARD",
     "NEWEST_LOADABLE",

@@ -1213,31 +1213,32 @@ def pipeline_forward(stage, micro_batches):
 ]
 
 # ---- notebook 10 ---------------------------------------------------------------------------
-RIGHT["merge_partials"] = '''
-def merge_partials(out_a, lse_a, out_b, lse_b):
-    lse = torch.logaddexp(lse_a, lse_b)
-    wa, wb = torch.exp(lse_a - lse).unsqueeze(-1), torch.exp(lse_b - lse).unsqueeze(-1)
-    return [out_a * wa + out_b * wb, lse]
+RIGHT["combine_partials"] = '''
+def combine_partials(out, lse):
+    top = lse.clone()
+    dist.all_reduce(top, op=dist.ReduceOp.MAX)
+    weight = torch.exp(lse - top).unsqueeze(-1)
+    both = torch.cat([out * weight, weight], dim=-1)
+    dist.all_reduce(both)
+    return both[..., :-1] / both[..., -1:]
 '''
-WRONG["merge_partials"] = [
-    ("the stub: the first side only", '''
-def merge_partials(out_a, lse_a, out_b, lse_b):
-    return [out_a, lse_a]''', "merge_partials gave"),
+_COMBINE = RIGHT["combine_partials"]
+WRONG["combine_partials"] = [
+    ("the stub: this rank's own result", '''
+def combine_partials(out, lse):
+    return out''', "combine_partials gave"),
+    ("the mean of the outputs, unweighted", '''
+def combine_partials(out, lse):
+    total = out.clone()
+    dist.all_reduce(total, op=dist.ReduceOp.AVG)
+    return total''', "combine_partials gave"),
     ("exp taken directly: overflows above 88", '''
-def merge_partials(out_a, lse_a, out_b, lse_b):
-    wa, wb = torch.exp(lse_a), torch.exp(lse_b)
-    total = wa + wb
-    return [(out_a * wa.unsqueeze(-1) + out_b * wb.unsqueeze(-1)) / total.unsqueeze(-1),
-            torch.log(total)]''', "merge_partials gave"),
-    ("PyTorch's sigmoid form: nan where lse_a is -inf", '''
-def merge_partials(out_a, lse_a, out_b, lse_b):
-    import torch.nn.functional as F
-
-    out = out_a - torch.sigmoid(lse_b - lse_a).unsqueeze(-1) * (out_a - out_b)
-    lse = lse_a - F.logsigmoid(lse_a - lse_b)
-    return [out, lse]''', "merge_partials gave"),
+def combine_partials(out, lse):
+    weight = torch.exp(lse).unsqueeze(-1)
+    both = torch.cat([out * weight, weight], dim=-1)
+    dist.all_reduce(both)
+    return both[..., :-1] / both[..., -1:]''', "combine_partials gave"),
 ]
-_MERGE = RIGHT["merge_partials"]
 
 RIGHT["ring_attention"] = '''
 def ring_attention(q, k, v):

@@ -8,44 +8,66 @@ from answers import RIGHT
 ALSO_RIGHT: dict[str, list[tuple[str, str]]] = {}
 MORE_WRONG: dict[str, list[tuple]] = {}
 
-# ---- exercise 1: merge_partials ------------------------------------------------------------
-_MERGE = RIGHT["merge_partials"]
-ALSO_RIGHT["merge_partials"] = [
-    ("the larger lse factored out by hand, a tuple", '''
-def merge_partials(out_a, lse_a, out_b, lse_b):
-    top = torch.maximum(lse_a, lse_b)
-    wa, wb = torch.exp(lse_a - top), torch.exp(lse_b - top)
-    total = wa + wb
-    out = (wa.unsqueeze(-1) * out_a + wb.unsqueeze(-1) * out_b) / total.unsqueeze(-1)
-    return out, top + torch.log(total)
+# ---- exercise 1: combine_partials ----------------------------------------------------------
+_COMBINE = RIGHT["combine_partials"]
+ALSO_RIGHT["combine_partials"] = [
+    ("every rank's result gathered, then one log-sum-exp over the ranks", '''
+def combine_partials(out, lse):
+    outs = [torch.empty_like(out) for _ in range(world_size)]
+    lses = [torch.empty_like(lse) for _ in range(world_size)]
+    dist.all_gather(outs, out)
+    dist.all_gather(tensor_list=lses, tensor=lse)
+    total = torch.logsumexp(torch.stack(lses), dim=0)
+    return sum(o * torch.exp(l - total).unsqueeze(-1) for o, l in zip(outs, lses))
 '''),
 ]
-MORE_WRONG["merge_partials"] = [
-    ("the outputs added, not weighted", _MERGE.replace(
-        "    return [out_a * wa + out_b * wb, lse]", "    return [out_a + out_b, lse]"),
-     "merge_partials gave", 2),
-    ("the larger lse kept as the merged one", _MERGE.replace(
-        "    return [out_a * wa + out_b * wb, lse]",
-        "    return [out_a * wa + out_b * wb, torch.maximum(lse_a, lse_b)]"),
-     "merge_partials gave"),
-    ("lse_a factored out: nan where it is -inf", '''
-def merge_partials(out_a, lse_a, out_b, lse_b):
-    wb = torch.exp(lse_b - lse_a)
-    out = (out_a + wb.unsqueeze(-1) * out_b) / (1 + wb).unsqueeze(-1)
-    return [out, lse_a + torch.log1p(wb)]''', "merge_partials gave"),
-    ("the first output scaled in place", '''
-def merge_partials(out_a, lse_a, out_b, lse_b):
-    lse = torch.logaddexp(lse_a, lse_b)
-    out_a.mul_(torch.exp(lse_a - lse).unsqueeze(-1))
-    return [out_a + out_b * torch.exp(lse_b - lse).unsqueeze(-1), lse]''', "changed its inputs"),
-    ("a barrier first: communication where none is needed", _MERGE.replace(
-        "    lse = torch.logaddexp", "    dist.barrier()\n    lse = torch.logaddexp"),
-     "this needs no communication"),
-    ("in double precision", _MERGE.replace(
-        "    return [out_a * wa + out_b * wb, lse]",
-        "    return [(out_a * wa + out_b * wb).double(), lse.double()]"), "expected float32"),
-    ("the output alone", _MERGE.replace("    return [out_a * wa + out_b * wb, lse]",
-                                        "    return out_a * wa + out_b * wb"), "expected"),
+MORE_WRONG["combine_partials"] = [
+    ("the outputs summed, unweighted", '''
+def combine_partials(out, lse):
+    total = out.clone()
+    dist.all_reduce(total)
+    return total''', "combine_partials gave", 2),
+    ("each rank's own largest lse subtracted, not the largest of all", _COMBINE.replace(
+        "    dist.all_reduce(top, op=dist.ReduceOp.MAX)\n", ""), "combine_partials gave"),
+    ("rank 0's lse as the reference: inf where rank 0 saw no key", _COMBINE.replace(
+        "    dist.all_reduce(top, op=dist.ReduceOp.MAX)", "    dist.broadcast(top, src=0)"),
+     "combine_partials gave"),
+    ("the weighted output written into the caller's out", '''
+def combine_partials(out, lse):
+    top = lse.clone()
+    dist.all_reduce(top, op=dist.ReduceOp.MAX)
+    weight = torch.exp(lse - top).unsqueeze(-1)
+    out.mul_(weight)
+    dist.all_reduce(out)
+    dist.all_reduce(weight)
+    return out / weight''', "changed its inputs"),
+    ("around a ring of sends and receives", '''
+def combine_partials(out, lse):
+    outs, lses = [out], [lse]
+    o, l = out, lse
+    for _ in range(world_size - 1):
+        o2, l2 = torch.empty_like(o), torch.empty_like(l)
+        for w in dist.batch_isend_irecv([
+                dist.P2POp(dist.isend, o, (rank + 1) % world_size),
+                dist.P2POp(dist.irecv, o2, (rank - 1) % world_size),
+                dist.P2POp(dist.isend, l, (rank + 1) % world_size),
+                dist.P2POp(dist.irecv, l2, (rank - 1) % world_size)]):
+            w.wait()
+        outs.append(o2)
+        lses.append(l2)
+        o, l = o2, l2
+    total = torch.logsumexp(torch.stack(lses), dim=0)
+    return sum(a * torch.exp(b - total).unsqueeze(-1) for a, b in zip(outs, lses))''',
+     "collectives only"),
+    ("in double precision", _COMBINE.replace(
+        "    return both[..., :-1] / both[..., -1:]",
+        "    return (both[..., :-1] / both[..., -1:]).double()"), "expected float32"),
+    ("the output and its lse", _COMBINE.replace(
+        "    return both[..., :-1] / both[..., -1:]",
+        "    return both[..., :-1] / both[..., -1:], top + torch.log(both[..., -1])"),
+     "combine_partials gave", 2),
+    ("the sum started and never waited", _COMBINE.replace(
+        "    dist.all_reduce(both)", "    dist.all_reduce(both, async_op=True)"), "never waited"),
 ]
 
 # ---- exercise 2: ring_attention ------------------------------------------------------------

@@ -93,3 +93,4 @@ def test_plot_routing_one_panel_per_router_with_lines_between_ranks():
     assert [ax.get_title() for ax in panels] == ["router", "skewed"]
     assert all(len(ax.lines) == 1 for ax in panels)  # one line: between rank 0's and rank 1's
     assert panels[0].images[0].get_array().tolist() == counts
+    assert {ax.images[0].get_clim() for ax in panels} == {(0, 4)}  # one scale for both

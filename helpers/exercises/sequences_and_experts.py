@@ -37,48 +37,56 @@ def _sent_and_received(calls: Calls) -> tuple[int, int]:
     return sent, received
 
 
-# ---- exercise 1: merge two partial attention results --------------------------------------
-def _merge_inputs(rank: int, seed: int) -> list[torch.Tensor]:
-    """out_a, lse_a, out_b, lse_b: large log-sum-exps on some rows (exp overflows float32
-    above about 88), -inf on one side of others (that side saw no key), never on both."""
-    g = _generator(seed * 7919 + rank)
-    b, heads, rows, width = 1 + seed % 2, 1 + (seed + rank) % 3, 4 + (seed + rank) % 5, 2 + seed % 3
-    out_a, out_b = (torch.randn(b, heads, rows, width, generator=g) for _ in range(2))
-    lse_a, lse_b = (torch.randn(b, heads, rows, generator=g) * 3 for _ in range(2))
+# ---- exercise 1: combine every rank's partial attention result ----------------------------
+def _partial_inputs(rank: int, size: int, seed: int) -> list[torch.Tensor]:
+    """Rank r's out and lse for the same queries over its own keys: large log-sum-exps on some
+    rows (exp overflows float32 above about 88), -inf on some ranks' rows (no key seen there),
+    never on every rank's."""
+    g = _generator(seed)
+    b, heads, rows, width = 1 + seed % 2, 1 + seed % 3, 4 + seed % 5, 2 + seed % 3
+    outs = torch.randn(size, b, heads, rows, width, generator=g)
+    lses = torch.randn(size, b, heads, rows, generator=g) * 3
     big = torch.rand(b, heads, rows, generator=g) < 0.5
-    lse_a = torch.where(big, lse_a * 20 + 120, lse_a)
-    lse_b = torch.where(big, lse_b * 20 + 120, lse_b)
-    side = torch.randint(0, 3, (b, heads, rows), generator=g)  # 1 or 2: that side saw no key
-    side[..., 0], side[..., 1] = 1, 2  # every check meets both kinds
-    for one, (out, lse) in ((1, (out_a, lse_a)), (2, (out_b, lse_b))):
-        lse.masked_fill_(side == one, float("-inf"))
-        out.masked_fill_((side == one).unsqueeze(-1), 0.0)
-    return [out_a, lse_a, out_b, lse_b]
+    lses = torch.where(big, lses * 20 + 120, lses)
+    blind = torch.rand(size, b, heads, rows, generator=g) < 0.4  # saw no key on that rank
+    blind[..., 0] = True  # row 0: the last rank saw keys, the others mostly not; row 1: all did
+    blind[-1, ..., 0] = False
+    blind[..., 1] = False
+    seen_somewhere = torch.randint(0, size, (b, heads, rows), generator=g)
+    blind.scatter_(0, seen_somewhere.unsqueeze(0), False)
+    lses.masked_fill_(blind, float("-inf"))
+    outs.masked_fill_(blind.unsqueeze(-1), 0.0)
+    return [outs, lses]
 
 
-def _merge_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
-    return keep_values(tuple(t.to(device) for t in _merge_inputs(rank, seed)))
+def _combine_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
+    outs, lses = _partial_inputs(rank, size, seed)
+    return keep_values((outs[rank].to(device), lses[rank].to(device)))
 
 
-def _merge_expected(rank: int, size: int, seed: int) -> list[torch.Tensor]:
-    out_a, lse_a, out_b, lse_b = (t.double() for t in _merge_inputs(rank, seed))
-    lse = torch.logaddexp(lse_a, lse_b)
-    out = (out_a * torch.exp(lse_a - lse).unsqueeze(-1)
-           + out_b * torch.exp(lse_b - lse).unsqueeze(-1))
-    return [out.float(), lse.float()]
+def _combine_expected(rank: int, size: int, seed: int) -> torch.Tensor:
+    outs, lses = (t.double() for t in _partial_inputs(rank, size, seed))
+    weights = torch.softmax(lses, dim=0)  # exp(lse_r - logsumexp over the ranks)
+    return (weights.unsqueeze(-1) * outs).sum(0).float()
 
 
-def _merge_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
-    return CHANGED if observed else no_communication(calls, rank, size, observed)
+def _combine_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
+    if observed:
+        return CHANGED
+    if p2p := ops(calls, "p2p"):
+        return f"called {sorted(set(p2p))}: collectives only, please"
+    if size > 1 and not ops(calls, "collective"):
+        return "made no collective call: the other ranks' results must come from them"
+    return None
 
 
 def _changed(args: tuple, returned: Any) -> bool:
     return values_changed(args)
 
 
-MERGE_PARTIALS = Exercise(
-    "merge_partials", _merge_args, _merge_expected, _merge_means,
-    "no communication, inputs left as they were", observe=_changed, cases=2)
+COMBINE_PARTIALS = Exercise(
+    "combine_partials", _combine_args, _combine_expected, _combine_means,
+    "collectives only, inputs left as they were", observe=_changed, cases=2)
 
 
 # ---- exercise 2: ring attention, without a mask -------------------------------------------

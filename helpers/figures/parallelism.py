@@ -96,11 +96,13 @@ def plot_positions(layouts: Mapping[str, Sequence[int]]) -> Figure:
 
 def plot_routing(routes: Mapping[str, Sequence[Sequence[int]]], per_rank: int) -> Figure:
     """Notebook 10: tokens sent by each rank (rows) to each expert (columns), one panel per
-    router; the experts of one rank sit between two white lines."""
+    router, on one colour scale; the experts of one rank sit between two white lines."""
     fig, axes = plt.subplots(1, len(routes), figsize=(7, 2.6), dpi=DPI, squeeze=False)
+    top = max(max(max(row) for row in counts) for counts in routes.values())
     for ax, (name, counts) in zip(axes[0], routes.items()):
         grid = np.array(counts)
-        image = ax.imshow(grid, cmap="viridis", aspect="auto", interpolation="nearest")
+        image = ax.imshow(grid, cmap="viridis", aspect="auto", interpolation="nearest",
+                          vmin=0, vmax=max(top, 1))
         for edge in range(per_rank, grid.shape[1], per_rank):
             ax.axvline(edge - 0.5, color="white", linewidth=2)
         ax.set_title(name, fontsize=9)
