@@ -146,6 +146,29 @@ CHECKS: dict[str, str] = {
             torch.testing.assert_close(p.grad, q.grad)
         found = "one stage, 4 micro-batches: gradients equal the plain module's"
     """,
+    "context_parallel on CUDA (notebook 10)": """
+        import torch.nn.functional as F
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.experimental import context_parallel
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(2, 3, 64 * world_size, 16, device=device) for _ in range(3))
+        whole = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        with context_parallel(init_device_mesh("cuda", (world_size,)), buffers=[q, k, v],
+                              buffer_seq_dims=[2, 2, 2]):
+            mine = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        torch.testing.assert_close(mine, whole)  # one rank: its shard is the whole, in order
+        found = "PyTorch's context-parallel attention equals scaled_dot_product_attention"
+    """,
+    "all_to_all_single with counts on CUDA (notebook 10)": """
+        counts = torch.tensor([3], device=device)
+        received = torch.empty_like(counts)
+        dist.all_to_all_single(received, counts)
+        rows = torch.randn(int(received.sum()), 12, device=device)
+        out = torch.empty(counts.tolist()[0], 12, device=device)
+        dist.all_to_all_single(out, rows, counts.tolist(), received.tolist())
+        assert torch.equal(out, rows)
+        found = "counts first, then 3 rows, split sizes read with .tolist()"
+    """,
     "DCP save and load from CUDA (notebooks 05 and 08)": """
         import tempfile
         import torch.distributed.checkpoint as dcp
