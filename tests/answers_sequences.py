@@ -66,6 +66,9 @@ def combine_partials(out, lse):
         "    return both[..., :-1] / both[..., -1:]",
         "    return both[..., :-1] / both[..., -1:], top + torch.log(both[..., -1])"),
      "combine_partials gave", 2),
+    ("torch's threads set to 8, to go faster, and left so", _COMBINE.replace(
+        "    top = lse.clone()", "    torch.set_num_threads(8)\n    top = lse.clone()"),
+     "number of threads"),
     ("the sum started and never waited", _COMBINE.replace(
         "    dist.all_reduce(both)", "    dist.all_reduce(both, async_op=True)"), "never waited"),
 ]

@@ -31,6 +31,13 @@ def _nothing(args: tuple, returned: Any) -> None:
     return None
 
 
+# gloo ends the receiving process when a message is longer than its buffer ("Received data
+# size doesn't match expected size", an uncaught gloo::EnforceNotMet): the likeliest cause
+ENGINE_DIED = ("an engine process ended: on gloo a receive into a buffer smaller than the "
+               "message sent ends the process, so check that every receive buffer has the shape "
+               "of what is sent to it; run cluster.restart() (fresh engines), then try again")
+
+
 @dataclass(frozen=True)
 class Exercise:
     """An exercise: the function the learner writes, and how to judge it.
@@ -264,8 +271,9 @@ def check(cluster: Any, exercise: Exercise, seed: int | None = None) -> None:
             remote = getattr(e, "elist", None)  # CompositeError: (type, message, ...) per rank
             cause = (f"{remote[0][0]}: {first_line(str(remote[0][1]))}" if remote
                      else first_line(e))
-            raise AssertionError(f"{exercise.name}: the check did not finish ({cause}); run "
-                                 "cluster.form_group(), then try again") from e
+            raise AssertionError(f"{exercise.name}: the check did not finish ({cause}); "
+                                 + (ENGINE_DIED if "died" in cause else
+                                    "run cluster.form_group(), then try again")) from e
         problems += [p for p in verdict(exercise, results, s) if p not in problems]
         if problems:
             break

@@ -1,7 +1,7 @@
 """What an answer must leave as it found it, read before and compared after every call that a
 checker makes of the learner's code, in every exercise (from notebook 00's on): the global
-random generators, the environment, autograd's mode, torch's default dtype and device, and
-the inputs' lists, flags, gradients and memory.
+random generators, the environment, autograd's mode, torch's default dtype and device and its
+number of threads, and the inputs' lists, flags, gradients and memory.
 
 Used by ``trial`` (answers run on the ranks) and by the checkers of functions a learner runs
 in the notebook itself (``launching``).
@@ -22,6 +22,7 @@ TORCH_SETS = ("TORCHINDUCTOR_CACHE_DIR",)
 GRAD_MODE = "autograd's mode (torch.is_grad_enabled())"
 DEFAULT_DTYPE = "torch's default dtype"
 DEFAULT_DEVICE = "torch's default device"
+THREADS = "torch's number of threads (torch.get_num_threads())"
 # how to leave each alone, for the checker's message
 ADVICE = {
     GRAD_MODE: "to work without gradients, use `with torch.no_grad():` around that part, not "
@@ -30,6 +31,8 @@ ADVICE = {
                    "torch.set_default_dtype",
     DEFAULT_DEVICE: "give the device where you make a tensor (device=...), not "
                     "torch.set_default_device",
+    THREADS: "the cluster sets each rank's threads when it starts (threads per rank): leave "
+             "torch.set_num_threads alone",
 }
 RANDOM_ADVICE = ("random numbers: draw from a generator of your own (random.Random(), "
                  "torch.Generator()); variables: set them back")
@@ -37,8 +40,8 @@ RANDOM_ADVICE = ("random numbers: draw from a generator of your own (random.Rand
 
 def snapshot() -> dict[str, Any]:
     """What an answer must leave as it found it: the global random generators (torch's, on
-    the CPU and the GPUs; Python's; numpy's), the environment, autograd's mode, and torch's
-    default dtype and device."""
+    the CPU and the GPUs; Python's; numpy's), the environment, autograd's mode, torch's
+    default dtype and device, and its number of threads."""
     import random
 
     import numpy as np
@@ -51,7 +54,8 @@ def snapshot() -> dict[str, Any]:
                                               if k not in TORCH_SETS},
              GRAD_MODE: torch.is_grad_enabled(),
              DEFAULT_DTYPE: torch.get_default_dtype(),
-             DEFAULT_DEVICE: str(torch.get_default_device())}
+             DEFAULT_DEVICE: str(torch.get_default_device()),
+             THREADS: torch.get_num_threads()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["torch's CUDA random generators"] = torch.cuda.get_rng_state_all()
     return state
@@ -75,6 +79,7 @@ def restore(state: dict[str, Any]) -> None:
     torch.set_grad_enabled(state[GRAD_MODE])
     torch.set_default_dtype(state[DEFAULT_DTYPE])
     torch.set_default_device(None if state[DEFAULT_DEVICE] == "cpu" else state[DEFAULT_DEVICE])
+    torch.set_num_threads(state[THREADS])
 
 
 def changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
