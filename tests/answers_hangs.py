@@ -205,6 +205,22 @@ def first_mismatch(traces):
 '''),
 ]
 IN_NOTEBOOK_MORE_WRONG["first_mismatch"] = [
+    ("a rank that never made the call and one that made another blamed together", '''
+def first_mismatch(traces):
+    by_seq = {}
+    for r, t in traces.items():
+        for e in t:
+            by_seq.setdefault(e["seq"], {})[r] = (e["op"], tuple(e["shapes"]))
+    for seq in sorted(by_seq):
+        calls = by_seq[seq]
+        counts = {}
+        for key in calls.values():
+            counts[key] = counts.get(key, 0) + 1
+        usual = max(counts, key=counts.get)
+        blamed = sorted(set(traces) - set(calls)) + [r for r, k in calls.items() if k != usual]
+        if blamed:
+            return seq, sorted(blamed)
+    return None''', "expected"),
     ("the ranks in the order the records came", FIRST_MISMATCH_RIGHT.replace(
         "return seq, sorted(r for r, k in keys.items() if k != usual)",
         "return seq, [r for r, k in keys.items() if k != usual]").replace(

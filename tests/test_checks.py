@@ -120,6 +120,12 @@ def test_planted_traces_blame_the_ranks_that_differ_from_a_majority():
                 assert kind == "agree" and len({str(c) for c in calls.values()}) == 1
                 continue
             seq, culprits = answer
+            if kind == "one truncated, one other op" and size > 2:
+                (gone,) = culprits  # never made the call; another rank made another one there
+                assert seq not in {s for s, _, _ in calls[gone]}, (kind, size)
+                there = [next(c for c in calls[r] if c[0] == seq) for r in range(size) if r != gone]
+                assert len(set(there)) == 2, (kind, size)
+                continue
             others = [calls[r] for r in range(size) if r not in culprits]
             assert 1 <= len(culprits) <= 2 and others, (kind, size)
             assert all(c == others[0] for c in others), (kind, size)  # the others agree

@@ -177,7 +177,7 @@ SKIP_TOGETHER = Exercise("skip_together", _skip_args, _skip_expected,
 
 # ---- exercise 3: the first mismatch, in the notebook ------------------------------------------
 KINDS = ("agree", "truncated", "skipped, then went on", "other op", "other shape",
-         "two truncated", "two other shapes")
+         "two truncated", "two other shapes", "one truncated, one other op")
 OPS = ("all_reduce", "broadcast", "all_gather")
 
 
@@ -185,7 +185,7 @@ def _kind_for(kind: str, size: int) -> str:
     """The kind itself where the world size allows it, else the nearest one that needs no
     majority (with 2 ranks a changed call has none)."""
     if size < 3 and kind not in ("agree", "truncated"):
-        return "truncated"
+        return "truncated"  # (one truncated and one other op need a third that did neither)
     if size < 5 and kind == "two other shapes":
         return "two truncated"
     return kind
@@ -206,13 +206,17 @@ def planted_traces(seed: int, size: int, kind: str | None = None, start: int | N
     if start is None:
         start = 0 if gen.random() < 0.5 else gen.randint(1, 80)
     bad_seq = gen.randrange(n - 1) if kind == "skipped, then went on" else gen.randrange(n)
-    culprits = sorted(gen.sample(range(size), 2 if kind.startswith("two") else 1))
+    both = kind.startswith("two") or kind == "one truncated, one other op"
+    culprits = sorted(gen.sample(range(size), 2 if both else 1))
     if blame_rank_0 and 0 not in culprits:
         culprits = sorted([0, *culprits[1:]])
+    changed = None  # "one truncated, one other op": the first is to blame, the second differs
+    if kind == "one truncated, one other op":
+        culprits, changed = culprits[:1], culprits[1]
     records: dict[int, list[tuple[str, Any]]] = {r: list(calls) for r in range(size)}
     for r in culprits if kind != "agree" else []:
         mine = records[r]
-        if kind in ("truncated", "two truncated"):
+        if kind in ("truncated", "two truncated", "one truncated, one other op"):
             del mine[bad_seq:]
         elif kind == "skipped, then went on":
             del mine[bad_seq]
@@ -222,6 +226,9 @@ def planted_traces(seed: int, size: int, kind: str | None = None, start: int | N
         else:  # another shape
             op, ((length,),) = mine[bad_seq]
             mine[bad_seq] = (op, ((length * 10 + 1,),))
+    if changed is not None:  # another call, where the truncated rank made none: not to blame
+        op, shapes = calls[bad_seq]
+        records[changed][bad_seq] = (gen.choice([o for o in OPS + ("barrier",) if o != op]), shapes)
     answer: Any = None
     if kind != "agree":
         first = bad_seq
