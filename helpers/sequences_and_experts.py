@@ -51,8 +51,9 @@ def owners(layout: list[torch.Tensor]) -> list[int]:
 
 
 def expert_capacity(tokens: int, k: int, experts: int, factor: float) -> int:
-    """How many of one group's token-to-expert assignments an expert takes (Switch
-    Transformer's capacity: tokens x k / experts, times the capacity factor, rounded up)."""
+    """How many of one group's token-to-expert assignments an expert takes: tokens x k /
+    experts, times the capacity factor, rounded up (Switch Transformer's capacity is tokens /
+    experts x factor, with its k = 1; the k and the rounding are notebook 10's choices)."""
     if min(tokens, k, experts) < 1 or factor <= 0:
         raise ValueError(f"tokens={tokens}, k={k}, experts={experts}, factor={factor}: "
                          "give positive numbers")
