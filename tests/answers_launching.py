@@ -248,6 +248,13 @@ def rendezvous_problems(envs):
 '''
 
 IN_NOTEBOOK_MORE_WRONG["rendezvous_problems"] = [
+    ("the world size compared as written: ' 4' is not '4'", RENDEZVOUS_PROBLEMS_RIGHT.replace(
+        'number(e["WORLD_SIZE"]))', 'e["WORLD_SIZE"])').replace(
+        "    size = usual[2]", "    size = number(usual[2])"), "expected"),
+    ("the digits of a rank read, whatever surrounds them: 'rank0' as 0", RENDEZVOUS_PROBLEMS_RIGHT
+     .replace('ranks = [number(e["RANK"]) for e in envs]',
+              'ranks = [number("".join(c for c in e["RANK"] if c.isdigit() or c == "-"))'
+              ' for e in envs]'), "expected"),
     ("the most common (address, port, size) taken together", RENDEZVOUS_PROBLEMS_RIGHT.replace(
         "usual = tuple(Counter(s[i] for s in settings).most_common(1)[0][0] for i in range(3))",
         "usual = Counter(settings).most_common(1)[0][0]"),
@@ -286,10 +293,10 @@ def rendezvous_problems(envs):
     ("int() unguarded on the settings", RENDEZVOUS_PROBLEMS_RIGHT.replace(
         'number(e["MASTER_PORT"]), number(e["WORLD_SIZE"])',
         'int(e["MASTER_PORT"]), int(e["WORLD_SIZE"])'),
-     "raised ValueError: invalid literal for int() with base 10: '$WORLD_SIZE'"),
+     "raised ValueError: invalid literal for int() with base 10: '"),
     ("float() for the numbers, so '6.0' reads as 6", RENDEZVOUS_PROBLEMS_RIGHT.replace(
         "return int(text)", "return int(float(text))"),
-     "6 processes, job #33: returned [] (a list), expected [4] (a list): process 4 is to "
+     "3 processes, job #21: returned [] (a list), expected [1] (a list): process 1 is to "
      "blame"),
     ("the ranks written back into envs as ints", RENDEZVOUS_PROBLEMS_RIGHT.replace(
         '    ranks = [number(e["RANK"]) for e in envs]',
@@ -301,6 +308,6 @@ def rendezvous_problems(envs):
      "process 0 is to blame"),
     ("negative ranks let through", RENDEZVOUS_PROBLEMS_RIGHT.replace(
         "not 0 <= rank < size", "rank >= size"),
-     "8 processes, job #2: returned [] (a list), expected [2] (a list): process 2 is to "
+     "7 processes, job #38: returned [] (a list), expected [2] (a list): process 2 is to "
      "blame"),
 ]

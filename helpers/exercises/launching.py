@@ -274,6 +274,7 @@ def planted_envs(seed: int) -> tuple[list[dict[str, str]], list[int]]:
         count = 0 if seed % 5 == 4 else 1 + (len(envs) >= 5 and gen.random() < 0.4)
         for k in range(count):
             kind = MISTAKES[(seed + 4 * k) % len(MISTAKES)]
+            turn = (seed + 4 * k) // len(MISTAKES)  # how many jobs met this kind before
             i = gen.randrange(len(envs))
             other = (i + gen.randint(1, len(envs) - 1)) % len(envs) if len(envs) > 1 else i
             if kind == "port":
@@ -282,12 +283,12 @@ def planted_envs(seed: int) -> tuple[list[dict[str, str]], list[int]]:
                 envs[i]["MASTER_ADDR"] = f"10.{gen.randint(0, 255)}.1.{gen.randint(2, 250)}"
             elif kind == "world size":
                 envs[i]["WORLD_SIZE"] = str(size + gen.choice([-1, 1]))
-            elif kind == "respelled setting":
-                key = gen.choice(["MASTER_PORT", "WORLD_SIZE"])
+            elif kind == "respelled setting":  # the port and the size in turn, job by job
+                key = ("MASTER_PORT", "WORLD_SIZE")[turn % 2]
                 envs[i][key] = _respelled(gen, envs[i][key])
             elif kind == "setting not a number":  # a variable never expanded, a float, nothing
-                key = gen.choice(["MASTER_PORT", "WORLD_SIZE"])
-                envs[i][key] = gen.choice([f"${key}", f"{envs[i][key]}.0", ""])
+                key = ("WORLD_SIZE", "MASTER_PORT")[turn % 2]
+                envs[i][key] = (f"${key}", f"{envs[i][key]}.0", "")[turn % 3]
             elif kind == "duplicate of a misconfigured one":
                 _misconfigure(gen, envs[i], gen.choice(SETTINGS), size)
                 envs[other]["RANK"] = envs[i]["RANK"]
@@ -303,8 +304,8 @@ def planted_envs(seed: int) -> tuple[list[dict[str, str]], list[int]]:
                 envs[i]["RANK"] = _respelled(gen, envs[i]["RANK"])
             elif kind == "out of range":
                 envs[i]["RANK"] = str(size + gen.randint(0, 2))
-            else:
-                envs[i]["RANK"] = gen.choice(["", "rank0", "1.0", "-1", "one"])
+            else:  # each spelling in turn, job by job
+                envs[i]["RANK"] = ("rank0", "", "1.0", "-1", "one")[turn % 5]
         if len(envs) >= 2 and _clear_majority(envs):
             return envs, _blame(envs)  # computed from the result: a second mistake may undo a first
 
