@@ -208,6 +208,10 @@ def distributed_accuracy(model, x, y):
 ]
 _ACCURACY = RIGHT["distributed_accuracy"]
 MORE_WRONG["distributed_accuracy"] = [
+    ("eval mode for the evaluation, then train mode, whatever the mode was", _ACCURACY.replace(
+        "    with torch.no_grad():", "    model.eval()\n    with torch.no_grad():").replace(
+        "    dist.all_reduce(correct)", "    model.train()\n    dist.all_reduce(correct)"),
+     "it was in eval mode"),
     ("padded shares as DistributedSampler makes them, divided by the padded total", '''
 from torch.utils.data import DistributedSampler
 
