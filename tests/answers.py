@@ -599,6 +599,10 @@ WRONG["my_shard"] = [
         "    order = (order * math.ceil(total / n_samples))[:total]  # pad: repeat, as often as "
         "needed\n", ""), "expected"),
     ("no epoch", RIGHT["my_shard"].replace("manual_seed(epoch)", "manual_seed(0)"), "expected"),
+    ("padded with the first index repeated, not the indices from the first", RIGHT["my_shard"]
+     .replace("    order = (order * math.ceil(total / n_samples))[:total]  # pad: repeat, as often "
+              "as needed\n", "    order = order + order[:1] * (total - n_samples)\n"),
+     "expected"),
     ("blocks instead of a stride", RIGHT["my_shard"].replace(
         "order[rank:total:world_size]",
         "order[rank * total // world_size:(rank + 1) * total // world_size]"), "expected"),

@@ -292,13 +292,20 @@ def _stop_counting(rank: int, seed: int) -> None:
 
 
 def _shard_setup(size: int, seed: int) -> tuple[int, int]:
-    """(samples, epoch). One case in two has fewer samples than ranks, so that the padding
-    repeats the shuffled indices more than once where the world size allows it; the other has
-    50 to 91 samples, never a multiple of the world size, so that the shares are padded."""
-    if seed % 4 in (1, 2):
+    """(samples, epoch). One case in two has fewer samples than ranks: half of them few
+    enough that the padding repeats the shuffled indices more than once, the other half two
+    short of the world size. The other has 50 to 91 samples or a few more, never a multiple
+    of the world size. From 3 ranks on, every case but the first kind pads with two indices
+    or more (at least two samples, where 4 ranks or more allow it), so that padding by
+    repeating the first index alone, instead of the indices from the first, is wrong too."""
+    if seed % 4 == 1:
         return max(1, (size - 1) // 2), seed % 7
+    if seed % 4 == 2:
+        return max(1, size - 2), seed % 7
     n = 50 + seed % 41
-    return n + (size > 1 and n % size == 0), seed % 7
+    while size > 1 and not (1 <= n % size <= max(1, size - 2)):  # not a multiple; from 3
+        n += 1  # ranks on, two or more short of one
+    return n, seed % 7
 
 
 def _shard_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
