@@ -119,6 +119,22 @@ def pipeline_forward(stage, micro_batches):
 '''),
 ]
 MORE_WRONG["pipeline_forward"] = [
+    ("rank 0 always sends on: one rank alone, first and last stage, returns nothing", '''
+def pipeline_forward(stage, micro_batches):
+    outputs = []
+    with torch.no_grad():
+        for mb in micro_batches:
+            if rank == 0:
+                dist.send(stage(mb), dst=1)
+                continue
+            a = torch.empty_like(mb)
+            dist.recv(a, src=rank - 1)
+            out = stage(a)
+            if rank < world_size - 1:
+                dist.send(out, dst=rank + 1)
+            else:
+                outputs.append(out)
+    return outputs''', "at world size 1"),
     ("only two stages, first and last: right at 2 ranks only", '''
 def pipeline_forward(stage, micro_batches):
     outputs = []

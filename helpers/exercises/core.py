@@ -58,6 +58,7 @@ class Exercise:
     observe: Callable[[tuple, Any], Any] = _nothing
     cases: int = 1
     min_size: int = 1
+    alone: bool = False  # also run on rank 0 alone (where the text promises one rank)
     cleanup: Callable[[int, int], None] | None = None  # (global rank, seed), after both runs
     atol: float = 1e-5
     timeout: float = 5.0
@@ -138,7 +139,7 @@ def verdict(exercise: Exercise, results: Sequence[dict[str, Any]], seed: int) ->
     if missing:
         return missing
     problems: list[str] = []
-    for run, run_seed in (("full", seed), ("smaller", seed + 1)):
+    for run, run_seed in (("full", seed), ("smaller", seed + 1), ("alone", seed + 1)):
         if problems:  # wrong at the cluster's own size: that is what to fix first
             break
         outs = [res[run] for res in results if res.get(run) is not None]
@@ -283,6 +284,8 @@ def check(cluster: Any, exercise: Exercise, seed: int | None = None) -> None:
                else f" (with {n} ranks it cannot also be tried on fewer: run at "
                     f"{exercise.min_size + 1} ranks or more to check that it does not depend on "
                     "the world size)")
+    if exercise.alone and n - 1 > 1:
+        smaller += ", and on rank 0 alone"
     print(f"{exercise.name}: right on all {n} ranks{smaller}"
           + (f"; {exercise.rule}" if exercise.rule else ""))
 

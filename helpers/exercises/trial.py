@@ -2,7 +2,8 @@
 
 Introduced in notebook 00, behind every exercise checker of ``helpers.checks``. An answer that
 is right only at the world size it was tried at (a hard-coded 4, a sum that happens to match)
-is caught by running the same function again on a group of one rank fewer. Both runs go
+is caught by running the same function again on a group of one rank fewer (and a third time on
+rank 0 alone, where the exercise's text promises one rank: ``Exercise.alone``). The runs go
 through groups of their own, with a short timeout, so an answer that deadlocks fails within
 seconds and leaves the notebook's process group untouched.
 
@@ -244,6 +245,11 @@ def run(exercise: Any, seed: int, timeout_s: float, token: str) -> dict[str, Any
         smaller = _group(list(range(n - 1)), timeout_s)  # every rank calls it, the last too
         if me < n - 1:
             runs["smaller"] = _attempt(namespace, exercise, seed + 1, smaller, device)
+    single = None  # one rank alone, where the text promises it and the runs above did not
+    if exercise.alone and n - 1 > 1 and set(agreed) == {b"1"}:
+        single = _group([0], timeout_s)
+        if me == 0:
+            runs["alone"] = _attempt(namespace, exercise, seed + 1, single, device)
     # every rank is done with every file the runs used; and the count of groups made so far,
     # which names the next group, agrees again: the learner's code may have made groups in
     # the run on one rank fewer, where the last rank did not run it (new_group would hang)
@@ -251,8 +257,8 @@ def run(exercise: Any, seed: int, timeout_s: float, token: str) -> dict[str, Any
     c10d._world.group_count = max(int(count) for count in made)
     if exercise.cleanup is not None:
         exercise.cleanup(me, seed)
-    mine = [g for g in (everyone, smaller) if g is not None and dist.get_rank(g) >= 0]
-    del everyone, smaller  # (the last rank is not in `smaller`)
+    mine = [g for g in (everyone, smaller, single) if g is not None and dist.get_rank(g) >= 0]
+    del everyone, smaller, single  # (the last rank is not in `smaller`, only rank 0 in `single`)
     release(mine)
     return runs
 
