@@ -160,6 +160,11 @@ def verdict(exercise: Exercise, results: Sequence[dict[str, Any]], seed: int) ->
             if out.get("inputs"):
                 problems.append(f"{where}: {exercise.name}: {'; '.join(out['inputs'])}")
                 continue
+            if out.get("overwritten"):
+                problems.append(f"{where}: {exercise.name} returned a tensor that its next call "
+                                "wrote into: return a new tensor from every call (the caller "
+                                "still holds the one you returned)")
+                continue
             if out.get("side_effects"):
                 changed = out["side_effects"]
                 problems.append(f"{where}: {exercise.name} changed {' and '.join(changed)}: "

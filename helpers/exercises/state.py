@@ -191,3 +191,28 @@ def _is_tensor(value: Any) -> bool:
     import torch
 
     return isinstance(value, torch.Tensor)
+
+
+# ---- what an answer returned: still its own after the next call? ---------------------------
+def returned_copies(value: Any) -> list[tuple[Any, Any]]:
+    """Each tensor in what an answer returned (in lists, tuples and dicts too), with a copy:
+    returned_overwritten tells later whether a next call wrote into one of them."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [(value, value.detach().clone())]
+    items = value.values() if isinstance(value, dict) else (
+        value if isinstance(value, list | tuple) else ())
+    return [pair for item in items for pair in returned_copies(item)]
+
+
+def returned_overwritten(kept: list[tuple[Any, Any]]) -> bool:
+    """Whether a tensor an earlier call returned has changed since (a buffer the answer keeps
+    between calls, and writes into again, changes under the caller who still holds it)."""
+
+    def same(now: Any, then: Any) -> bool:  # nan where it was nan counts as unchanged
+        return now.shape == then.shape and bool(
+            ((now == then) | (now.isnan() & then.isnan()) if now.is_floating_point()
+             else now == then).all())
+
+    return not all(same(t.detach(), copy) for t, copy in kept)

@@ -168,6 +168,7 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
         returned = world[exercise.name](*args)
         works.watch_works(None)
         outcome["value"] = to_cpu(exercise.collect(args, returned))  # a copy, taken now
+        _returned[:] = state.returned_copies(returned)
         outcome["observed"] = exercise.observe(args, returned)
     except Exception as e:  # noqa: BLE001 - the learner's error is the checker's verdict
         outcome["error"] = error_text(e)
@@ -222,6 +223,9 @@ def agree(token: str, what: str, mine: bytes, seconds: float) -> list[bytes]:
     return store.multi_get(keys)
 
 
+_returned: list[tuple[Any, Any]] = []  # the tensors the last call returned, with copies
+
+
 def run(exercise: Any, seed: int, timeout_s: float, token: str) -> dict[str, Any]:
     """On every rank: the learner's function run on all ranks, then (if the exercise makes
     sense on one rank fewer, and the first run raised nowhere) on all ranks but the last.
@@ -238,6 +242,7 @@ def run(exercise: Any, seed: int, timeout_s: float, token: str) -> dict[str, Any
     verdict_s = 2 * timeout_s + 5  # how long a rank waits for the slowest to finish a run
     everyone = _group(list(range(n)), timeout_s)
     runs = {"full": _attempt(namespace, exercise, seed, everyone, device)}
+    kept, _returned[:] = list(_returned), []  # what the first call returned, and its copies
     fine = b"0" if runs["full"]["error"] else b"1"
     agreed = agree(token, "full", fine, verdict_s)  # every rank is done with it, and knows how
     smaller = None
@@ -250,6 +255,9 @@ def run(exercise: Any, seed: int, timeout_s: float, token: str) -> dict[str, Any
         single = _group([0], timeout_s)
         if me == 0:
             runs["alone"] = _attempt(namespace, exercise, seed + 1, single, device)
+    runs["full"]["overwritten"] = state.returned_overwritten(kept)  # by the calls after it
+    _returned.clear()
+    del kept
     # every rank is done with every file the runs used; and the count of groups made so far,
     # which names the next group, agrees again: the learner's code may have made groups in
     # the run on one rank fewer, where the last rank did not run it (new_group would hang)
