@@ -110,6 +110,22 @@ import os
 # ---- exercise 3: pipeline_forward ----------------------------------------------------------
 _PIPE = RIGHT["pipeline_forward"]
 ALSO_RIGHT["pipeline_forward"] = [
+    ("the whole function under @torch.no_grad(), blocking calls", '''
+@torch.no_grad()
+def pipeline_forward(stage, micro_batches):
+    outputs = []
+    for mb in micro_batches:
+        a = mb
+        if rank > 0:
+            a = torch.empty_like(mb)
+            dist.recv(a, src=rank - 1)
+        out = stage(a)
+        if rank < world_size - 1:
+            dist.send(out, dst=rank + 1)
+        else:
+            outputs.append(out)
+    return outputs
+'''),
     ("GPipe-like: receive every micro-batch, then send them all, waited isends", '''
 def pipeline_forward(stage, micro_batches):
     first, last = rank == 0, rank == world_size - 1

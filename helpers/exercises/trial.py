@@ -118,10 +118,35 @@ def rebound(namespace: dict[str, Any], names: dict[str, Any]) -> dict[str, Any]:
     copy = dict(namespace)
     copy.update(names)
     for key, value in namespace.items():
-        if isinstance(value, types.FunctionType) and value.__globals__ is namespace:
-            copy[key] = types.FunctionType(value.__code__, copy, value.__name__,
-                                           value.__defaults__, value.__closure__)
+        if key not in names:
+            copy[key] = _rebind(value, namespace, copy)
     return copy
+
+
+def _rebind(fn: Any, namespace: dict[str, Any], copy: dict[str, Any], depth: int = 0) -> Any:
+    """fn, reading its names from copy if it is the learner's (defined in namespace), and so
+    is a wrapper whose closure holds one: a decorator's, such as @torch.no_grad()'s."""
+    if not isinstance(fn, types.FunctionType) or depth > 3:
+        return fn
+    closure = fn.__closure__
+    if closure:
+        cells = []
+        for cell in closure:
+            try:
+                inner = cell.cell_contents
+            except ValueError:  # a cell not filled yet
+                cells.append(cell)
+                continue
+            new = _rebind(inner, namespace, copy, depth + 1)
+            cells.append(cell if new is inner else types.CellType(new))
+        closure = tuple(cells)
+    mine = fn.__globals__ is namespace
+    if not mine and closure == fn.__closure__:
+        return fn
+    new = types.FunctionType(fn.__code__, copy if mine else fn.__globals__, fn.__name__,
+                             fn.__defaults__, closure)
+    new.__kwdefaults__, new.__dict__ = fn.__kwdefaults__, dict(fn.__dict__)
+    return new
 
 
 def _group(ranks: list[int], seconds: float, backend: str | None = None) -> Any:
