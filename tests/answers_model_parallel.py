@@ -143,6 +143,28 @@ def pipeline_forward(stage, micro_batches):
 '''),
 ]
 MORE_WRONG["pipeline_forward"] = [
+    ("a tuple of outputs", RIGHT["pipeline_forward"].replace("    return outputs",
+                                                            "    return tuple(outputs)"),
+     "a list, please"),
+    ("without torch.no_grad(): the outputs carry a graph", '''
+def pipeline_forward(stage, micro_batches):
+    outputs = []
+    for mb in micro_batches:
+        a = mb if rank == 0 else torch.empty_like(mb)
+        if rank > 0:
+            dist.recv(a, src=rank - 1)
+        out = stage(a)
+        if rank < world_size - 1:
+            dist.send(out.detach(), dst=rank + 1)
+        else:
+            outputs.append(out)
+    return outputs''', "autograd graph"),
+    ("received into the given micro-batches", RIGHT["pipeline_forward"].replace(
+        "            a = torch.empty_like(mb)\n", "            a = mb\n"),
+     "changed the micro-batches"),
+    ("the stage's parameters frozen for good", RIGHT["pipeline_forward"].replace(
+        "    outputs = []", "    stage.requires_grad_(False)\n    outputs = []"),
+     "requires_grad of the stage"),
     ("rank 0 always sends on: one rank alone, first and last stage, returns nothing", '''
 def pipeline_forward(stage, micro_batches):
     outputs = []

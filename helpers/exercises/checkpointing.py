@@ -193,7 +193,7 @@ def _wrong_way_means(calls: Calls, rank: int, size: int, observed: Any) -> str |
 LOAD_WRONG_WAY = Exercise("load_wrong_way", _wrong_way_args, _wrong_way_expected,
                           _wrong_way_means, "a plain model on the rank's device, the weights "
                           "of the file, loaded with weights_only=True", collect=_state_of,
-                          observe=_what_was_returned, cleanup=_remove_checkpoints)
+                          observe=_what_was_returned, cleanup=_remove_checkpoints, again=False)
 
 
 # ---- exercise 2: the newest checkpoint that loads ------------------------------------------
@@ -268,7 +268,7 @@ def _newest_means(calls: Calls, rank: int, size: int, observed: Any) -> str | No
 NEWEST_LOADABLE = Exercise("newest_loadable", _newest_args, _newest_expected, _newest_means,
                            "None where no checkpoint is good, the directory left as it was",
                            collect=_in_directory, observe=_directory_changes, cases=3,
-                           cleanup=_remove_checkpoints)
+                           cleanup=_remove_checkpoints, again=False)
 
 
 # ---- exercise 3: read once, share with everyone --------------------------------------------
@@ -353,4 +353,4 @@ LOAD_AND_SHARE = Exercise(
     "load_and_share", _share_args, _share_expected, _share_means,
     "only rank 0 reads the file (weights_only=True), the weights travel by collectives, "
     "every request is waited on, the model keeps its mode and device",
-    collect=_share_state, observe=_share_opened, cleanup=_share_cleanup)
+    collect=_share_state, observe=_share_opened, cleanup=_share_cleanup, again=False)

@@ -59,6 +59,7 @@ class Exercise:
     cases: int = 1
     min_size: int = 1
     alone: bool = False  # also run on rank 0 alone (where the text promises one rank)
+    again: bool = True  # call it twice on the same inputs (False where inputs are files)
     cleanup: Callable[[int, int], None] | None = None  # (global rank, seed), after both runs
     atol: float = 1e-5
     timeout: float = 5.0
@@ -139,7 +140,8 @@ def verdict(exercise: Exercise, results: Sequence[dict[str, Any]], seed: int) ->
     if missing:
         return missing
     problems: list[str] = []
-    for run, run_seed in (("full", seed), ("smaller", seed + 1), ("alone", seed + 1)):
+    for run, run_seed in (("full", seed), ("again", seed), ("smaller", seed + 1),
+                          ("alone", seed + 1)):
         if problems:  # wrong at the cluster's own size: that is what to fix first
             break
         outs = [res[run] for res in results if res.get(run) is not None]
@@ -153,7 +155,8 @@ def verdict(exercise: Exercise, results: Sequence[dict[str, Any]], seed: int) ->
             out = res.get(run)
             if out is None:
                 continue
-            where = f"at world size {out['size']}, rank {out['rank']}"
+            where = f"at world size {out['size']}, rank {out['rank']}" + (
+                ", called a second time on the same inputs" if run == "again" else "")
             if out["error"] is not None:
                 problems.append(f"{where}: {exercise.name} raised {out['error']}")
                 continue
@@ -162,8 +165,9 @@ def verdict(exercise: Exercise, results: Sequence[dict[str, Any]], seed: int) ->
                 continue
             if out.get("overwritten"):
                 problems.append(f"{where}: {exercise.name} returned a tensor that its next call "
-                                "wrote into: return a new tensor from every call (the caller "
-                                "still holds the one you returned)")
+                                "returned again or wrote into (one buffer kept between calls): "
+                                "return a new tensor from every call, as the caller still holds "
+                                "the one you returned")
                 continue
             if out.get("side_effects"):
                 changed = out["side_effects"]

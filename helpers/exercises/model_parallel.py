@@ -58,6 +58,12 @@ def _column_numbers(shapes: list[tuple[int, ...]]) -> int:
     return shapes[0][0] * shapes[0][1]
 
 
+def _batch(seed: int) -> int:
+    """1 to 5 rows; one row in one of every four consecutive seeds, so in every check (its
+    runs take seeds s, s + 1, s + 2, s + 3)."""
+    return 1 if seed % 4 == 1 else 2 + seed % 4
+
+
 def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
@@ -66,7 +72,7 @@ def _generator(seed: int) -> torch.Generator:
 def _row_full(size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """The whole hidden activation, weight and bias; k hidden units per rank (varies)."""
     g = _generator(seed)
-    batch, k, d_out = 1 + seed % 5, 1 + seed % 3, 3 + seed % 5  # a batch of one, too
+    batch, k, d_out = _batch(seed), 1 + seed % 3, 3 + seed % 5
     return (torch.randn(batch, k * size, generator=g), torch.randn(d_out, k * size, generator=g),
             torch.randn(d_out, generator=g), k)
 
@@ -92,7 +98,7 @@ ROW_PARALLEL_FORWARD = _one_all_reduce_exercise(
 def _column_full(size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """The input, the whole weight, the gradient of the whole output; k rows per rank."""
     g = _generator(seed)
-    batch, k, d_in = 1 + seed % 5, 1 + seed % 3, 3 + seed % 5  # a batch of one, too
+    batch, k, d_in = _batch(seed), 1 + seed % 3, 3 + seed % 5
     return (torch.randn(batch, d_in, generator=g), torch.randn(k * size, d_in, generator=g),
             torch.randn(batch, k * size, generator=g), k)
 
@@ -137,7 +143,9 @@ def _pipeline_args(rank: int, size: int, device: Any, group: Any, seed: int) -> 
     d = _pipeline_setup(seed)[2]
     batches = [mb.to(device) if rank == 0 else torch.zeros_like(mb, device=device)
                for mb in _micro_batches(seed)]
-    return _stage(seed, rank, d).to(device), batches
+    stage = _stage(seed, rank, d).to(device)
+    keep_values((batches,))
+    return stage, batches
 
 
 def _pipeline_expected(rank: int, size: int, seed: int) -> list[torch.Tensor]:
@@ -150,12 +158,23 @@ def _pipeline_expected(rank: int, size: int, seed: int) -> list[torch.Tensor]:
 
 
 def _pipeline_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
-    """Point-to-point only; from the rank before, to the rank after, one message a batch."""
+    """The inputs and the stage left as they were, a list of outputs with no autograd graph;
+    point-to-point only, from the rank before, to the rank after, one message a batch."""
+    if observed["changed"]:
+        return "changed the micro-batches it was given: leave them as they were (new tensors)"
+    if observed["frozen"]:
+        return ("turned off requires_grad of the stage's parameters: leave the stage as it was "
+                "(torch.no_grad() turns gradients off for a block of code, not for good)")
+    if observed["type"] != "list":
+        return f"returned a {observed['type']}: a list, please"
+    if observed["graph"]:
+        return ("returned outputs that carry an autograd graph (requires_grad): compute them "
+                "under torch.no_grad(), as the text asks")
     if problem := point_to_point_only(calls, rank, size, observed):
         if size > 1 or "no point-to-point" not in problem:
             return problem
     sent, received = messages(calls)
-    m = observed
+    m = observed["count"]
     if wrong := sorted({str(p) for p in sent if p != rank + 1}):
         return (f"sent to rank(s) {', '.join(wrong)}: a stage sends only to the next one, "
                 f"rank {rank + 1}")
@@ -170,11 +189,18 @@ def _pipeline_means(calls: Calls, rank: int, size: int, observed: Any) -> str | 
     return None
 
 
-def _micro_batch_count(args: tuple, returned: Any) -> int:
-    return len(args[1])
+def _pipeline_observed(args: tuple, returned: Any) -> dict[str, Any]:
+    """What the rule needs beyond the calls: the micro-batches' count and values, the stage's
+    flags, and what came back (its type, whether its tensors carry a graph)."""
+    stage, batches = args
+    items = returned if isinstance(returned, list | tuple) else []
+    return {"count": len(batches), "changed": values_changed((batches,)),
+            "frozen": not all(p.requires_grad for p in stage.parameters()),
+            "type": type(returned).__name__,
+            "graph": any(isinstance(t, torch.Tensor) and t.requires_grad for t in items)}
 
 
 PIPELINE_FORWARD = Exercise(
     "pipeline_forward", _pipeline_args, _pipeline_expected, _pipeline_means,
     "point-to-point only, from the stage before to the stage after, one message a micro-batch",
-    observe=_micro_batch_count, cases=2, atol=1e-5, alone=True)
+    observe=_pipeline_observed, cases=2, atol=1e-5, alone=True)

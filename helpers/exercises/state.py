@@ -173,9 +173,9 @@ _values: list[Any] = []  # copies of the tensor inputs of the call being judged,
 
 
 def keep_values(args: tuple) -> tuple:
-    """Remember copies of the tensor arguments (make_args returns through this), so that
-    values_changed can tell if the answer wrote into them."""
-    _values[:] = [a.detach().clone() for a in args if _is_tensor(a)]
+    """Remember copies of the tensor arguments, those in list arguments too (make_args returns
+    through this), so that values_changed can tell if the answer wrote into them."""
+    _values[:] = [a.detach().clone() for a in _tensors_of(args)]
     return args
 
 
@@ -183,14 +183,19 @@ def values_changed(args: tuple) -> bool:
     """Whether any tensor argument's values differ from the copy keep_values took."""
     import torch
 
-    now = [a.detach() for a in args if _is_tensor(a)]
+    now = [a.detach() for a in _tensors_of(args)]
     return len(now) != len(_values) or not all(torch.equal(a, b) for a, b in zip(now, _values))
 
 
-def _is_tensor(value: Any) -> bool:
+def _tensors_of(args: tuple) -> list[Any]:
+    """The tensor arguments, and the tensors in list or tuple arguments, in order."""
     import torch
 
-    return isinstance(value, torch.Tensor)
+    found = []
+    for a in args:
+        items = a if isinstance(a, list | tuple) else [a]
+        found += [t for t in items if isinstance(t, torch.Tensor)]
+    return found
 
 
 # ---- what an answer returned: still its own after the next call? ---------------------------
@@ -216,3 +221,12 @@ def returned_overwritten(kept: list[tuple[Any, Any]]) -> bool:
              else now == then).all())
 
     return not all(same(t.detach(), copy) for t, copy in kept)
+
+
+def same_memory(first: list[tuple[Any, Any]], second: list[tuple[Any, Any]]) -> bool:
+    """Whether two calls returned tensors in the same memory (the first is still held, so a
+    new tensor cannot be given its memory): one buffer kept between calls and returned again."""
+    def places(kept: list[tuple[Any, Any]]) -> set[int]:
+        return {t.untyped_storage().data_ptr() for t, _ in kept if t.numel()}
+
+    return bool(places(first) & places(second))

@@ -270,6 +270,12 @@ def run(exercise: Any, seed: int, timeout_s: float, token: str) -> dict[str, Any
     kept, _returned[:] = list(_returned), []  # what the first call returned, and its copies
     fine = b"0" if runs["full"]["error"] else b"1"
     agreed = agree(token, "full", fine, verdict_s)  # every rank is done with it, and knows how
+    reused = False
+    if exercise.again and set(agreed) == {b"1"}:  # the same inputs again: the same answer, in
+        runs["again"] = _attempt(namespace, exercise, seed, everyone, device)  # new memory
+        reused = state.same_memory(kept, _returned)
+        fine = b"0" if runs["again"]["error"] else b"1"
+        agreed = agree(token, "again", fine, verdict_s)
     smaller = None
     if n - 1 >= exercise.min_size and set(agreed) == {b"1"}:
         smaller = _group(list(range(n - 1)), timeout_s)  # every rank calls it, the last too
@@ -280,7 +286,7 @@ def run(exercise: Any, seed: int, timeout_s: float, token: str) -> dict[str, Any
         single = _group([0], timeout_s)
         if me == 0:
             runs["alone"] = _attempt(namespace, exercise, seed + 1, single, device)
-    runs["full"]["overwritten"] = state.returned_overwritten(kept)  # by the calls after it
+    runs["full"]["overwritten"] = reused or state.returned_overwritten(kept)  # by later calls
     _returned.clear()
     del kept
     # every rank is done with every file the runs used; and the count of groups made so far,
