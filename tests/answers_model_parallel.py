@@ -110,6 +110,8 @@ import os
 # ---- exercise 3: pipeline_forward ----------------------------------------------------------
 _PIPE = RIGHT["pipeline_forward"]
 ALSO_RIGHT["pipeline_forward"] = [
+    ("received into the given zeros, as the text allows", RIGHT["pipeline_forward"].replace(
+        "            a = torch.empty_like(mb)\n", "            a = mb\n")),
     ("the whole function under @torch.no_grad(), blocking calls", '''
 @torch.no_grad()
 def pipeline_forward(stage, micro_batches):
@@ -159,9 +161,10 @@ def pipeline_forward(stage, micro_batches):
         else:
             outputs.append(out)
     return outputs''', "autograd graph"),
-    ("received into the given micro-batches", RIGHT["pipeline_forward"].replace(
-        "            a = torch.empty_like(mb)\n", "            a = mb\n"),
-     "changed the micro-batches"),
+    ("rank 0's micro-batches overwritten with its stage's output", RIGHT["pipeline_forward"]
+     .replace("            out = stage(a)\n", "            out = stage(a)\n"
+              "            if rank == 0:\n                mb.copy_(out)\n"),
+     "changed rank 0's micro-batches"),
     ("the stage's parameters frozen for good", RIGHT["pipeline_forward"].replace(
         "    outputs = []", "    stage.requires_grad_(False)\n    outputs = []"),
      "requires_grad of the stage"),

@@ -139,12 +139,16 @@ def _micro_batches(seed: int) -> list[torch.Tensor]:
     return [torch.randn(rows, d, generator=g) for _ in range(m)]
 
 
+_holds_data = [False]  # whether this rank's last micro-batches held rank 0's data
+
+
 def _pipeline_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
     d = _pipeline_setup(seed)[2]
     batches = [mb.to(device) if rank == 0 else torch.zeros_like(mb, device=device)
                for mb in _micro_batches(seed)]
     stage = _stage(seed, rank, d).to(device)
-    keep_values((batches,))
+    _holds_data[0] = rank == 0  # rank 0's micro-batches hold the data; the others' zeros may
+    keep_values((batches if rank == 0 else [],))  # serve as receive buffers (the text says so)
     return stage, batches
 
 
@@ -161,7 +165,8 @@ def _pipeline_means(calls: Calls, rank: int, size: int, observed: Any) -> str | 
     """The inputs and the stage left as they were, a list of outputs with no autograd graph;
     point-to-point only, from the rank before, to the rank after, one message a batch."""
     if observed["changed"]:
-        return "changed the micro-batches it was given: leave them as they were (new tensors)"
+        return ("changed rank 0's micro-batches, the data: leave them as they were (the other "
+                "ranks' zeros may serve as receive buffers)")
     if observed["frozen"]:
         return ("turned off requires_grad of the stage's parameters: leave the stage as it was "
                 "(torch.no_grad() turns gradients off for a block of code, not for good)")
@@ -194,7 +199,8 @@ def _pipeline_observed(args: tuple, returned: Any) -> dict[str, Any]:
     flags, and what came back (its type, whether its tensors carry a graph)."""
     stage, batches = args
     items = returned if isinstance(returned, list | tuple) else []
-    return {"count": len(batches), "changed": values_changed((batches,)),
+    return {"count": len(batches),
+            "changed": values_changed((batches if _holds_data[0] else [],)),
             "frozen": not all(p.requires_grad for p in stage.parameters()),
             "type": type(returned).__name__,
             "graph": any(isinstance(t, torch.Tensor) and t.requires_grad for t in items)}
