@@ -33,6 +33,14 @@ PADDINGS: dict[str, list[tuple[str, str]]] = {
                   "def my_piece(flat):\n    return torch.chunk(flat, world_size)[rank]")],
 }
 MORE_WRONG["my_piece"] = [
+    ("the lesson's padded_shard, imported in the function", '''
+def my_piece(flat):
+    from helpers.sharding import padded_shard
+    return padded_shard(flat, rank, world_size)''', "this very function"),
+    ("zeros that require grad, so the piece does too", RIGHT["my_piece"].replace(
+        "device=flat.device)", "device=flat.device, requires_grad=True)").replace(
+        "    padded[:flat.numel()] = flat", "    padded = padded.clone()\n"
+        "    padded[:flat.numel()] = flat"), "requires grad"),
     ("a hard-coded 4 ranks (right at 4 only)", _HARD_4, "gave", 3),
     ("the lesson's padded_shard (the function the exercise asks for)",
      "def my_piece(flat):\n    return padded_shard(flat, rank, world_size)",
@@ -101,6 +109,16 @@ def global_norm(shard):
 '''),
 ]
 MORE_WRONG["global_norm"] = [
+    ("a numpy float64", '''
+import numpy as np
+
+def global_norm(shard):
+    squares = shard.double().pow(2).sum().reshape(1)
+    dist.all_reduce(squares)
+    return np.sqrt(squares.item())''', "numpy.float64"),
+    ("deterministic algorithms turned on for good", RIGHT["global_norm"].replace(
+        "    squares = shard", "    torch.use_deterministic_algorithms(True)\n    squares = shard"),
+     "deterministic algorithms"),
     ("the local norm, tried at 2 ranks",
      "def global_norm(shard):\n    return float(shard.norm())", "this rank's shard's norm only", 2),
     ("no square root", RIGHT["global_norm"].replace("squares.sqrt().item()", "squares.item()"),

@@ -97,7 +97,7 @@ def value_problem(got: Any, expected: Any, atol: float = 1e-5) -> str | None:
     elif isinstance(expected, int):
         ok = type(got) is int and got == expected
     elif isinstance(expected, float):
-        ok = isinstance(got, float) and math.isclose(got, expected, rel_tol=1e-6, abs_tol=atol)
+        ok = type(got) is float and math.isclose(got, expected, rel_tol=1e-6, abs_tol=atol)
     elif isinstance(expected, torch.Tensor):
         if not isinstance(got, torch.Tensor):
             return f"{describe(got)}, expected {describe(expected)}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import torch
@@ -55,25 +56,48 @@ def _piece_expected(rank: int, size: int, seed: int) -> torch.Tensor:
 _made: list[torch.Tensor] = []  # the input as it was made, on this rank (for the observer)
 
 
+_used_helper = [0]  # calls of helpers.sharding.padded_shard during the answer, on this rank
+
+
+def _counted(*args: Any, **kwargs: Any) -> Any:
+    """helpers.sharding.padded_shard, counted, while a check of my_piece runs."""
+    _used_helper[0] += 1
+    return padded_shard(*args, **kwargs)
+
+
 def _piece_args_kept(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
     _made[:] = [_flat(seed, size)]
+    _used_helper[0] = 0
+    importlib.import_module("helpers.sharding").padded_shard = _counted
     return _piece_args(rank, size, device, group, seed)
 
 
+def _piece_cleanup(rank: int, seed: int) -> None:
+    """The module as the lesson left it."""
+    importlib.import_module("helpers.sharding").padded_shard = padded_shard
+
+
 def _piece_observed(args: tuple, returned: Any) -> dict[str, bool]:
-    return {"kept": _unchanged(_made[0], args[0].cpu())}
+    return {"kept": _unchanged(_made[0], args[0].cpu()), "helper": _used_helper[0] > 0,
+            "graph": isinstance(returned, torch.Tensor) and returned.requires_grad}
 
 
 def _piece_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None:
     if not observed["kept"]:
         return "changed flat: leave the input as it was (pad a copy)"
+    if observed["helper"]:
+        return "called helpers.sharding.padded_shard, this very function: write it yourself"
+    if observed["graph"]:
+        return ("returned a tensor that requires grad (flat does not): make the padding "
+                "without requires_grad")
     return no_communication(calls, rank, size, observed)
 
 
 MY_PIECE = Exercise(
     "my_piece", _piece_args_kept, _piece_expected, _piece_means,
     "padded with zeros at the end, every piece the same length, no communication",
-    observe=_piece_observed, cases=3, atol=0.0, extra={"lesson_names": LESSON_NAMES})
+    observe=_piece_observed, cases=3, atol=0.0, extra={"lesson_names": LESSON_NAMES},
+    cleanup=_piece_cleanup)
 
 
 # ---- exercise 2: the global gradient norm across shards ----------------------------------

@@ -23,6 +23,7 @@ GRAD_MODE = "autograd's mode (torch.is_grad_enabled())"
 DEFAULT_DTYPE = "torch's default dtype"
 DEFAULT_DEVICE = "torch's default device"
 THREADS = "torch's number of threads (torch.get_num_threads())"
+DETERMINISTIC = "torch's deterministic algorithms (torch.use_deterministic_algorithms)"
 # how to leave each alone, for the checker's message
 ADVICE = {
     GRAD_MODE: "to work without gradients, use `with torch.no_grad():` around that part, not "
@@ -33,6 +34,8 @@ ADVICE = {
                     "torch.set_default_device",
     THREADS: "the cluster sets each rank's threads when it starts (threads per rank): leave "
              "torch.set_num_threads alone",
+    DETERMINISTIC: "a setting for the whole process: set it back as you found it "
+                   "(torch.are_deterministic_algorithms_enabled())",
 }
 RANDOM_ADVICE = ("random numbers: draw from a generator of your own (random.Random(), "
                  "torch.Generator()); variables: set them back")
@@ -41,7 +44,7 @@ RANDOM_ADVICE = ("random numbers: draw from a generator of your own (random.Rand
 def snapshot() -> dict[str, Any]:
     """What an answer must leave as it found it: the global random generators (torch's, on
     the CPU and the GPUs; Python's; numpy's), the environment, autograd's mode, torch's
-    default dtype and device, and its number of threads."""
+    default dtype and device, its number of threads and deterministic algorithms."""
     import random
 
     import numpy as np
@@ -55,7 +58,9 @@ def snapshot() -> dict[str, Any]:
              GRAD_MODE: torch.is_grad_enabled(),
              DEFAULT_DTYPE: torch.get_default_dtype(),
              DEFAULT_DEVICE: str(torch.get_default_device()),
-             THREADS: torch.get_num_threads()}
+             THREADS: torch.get_num_threads(),
+             DETERMINISTIC: (torch.are_deterministic_algorithms_enabled(),
+                             torch.is_deterministic_algorithms_warn_only_enabled())}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["torch's CUDA random generators"] = torch.cuda.get_rng_state_all()
     return state
@@ -80,6 +85,7 @@ def restore(state: dict[str, Any]) -> None:
     torch.set_default_dtype(state[DEFAULT_DTYPE])
     torch.set_default_device(None if state[DEFAULT_DEVICE] == "cpu" else state[DEFAULT_DEVICE])
     torch.set_num_threads(state[THREADS])
+    torch.use_deterministic_algorithms(state[DETERMINISTIC][0], warn_only=state[DETERMINISTIC][1])
 
 
 def changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
