@@ -81,7 +81,7 @@ def _row_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple
     h, w, bias, k = _row_full(size, seed)
     part = slice(rank * k, (rank + 1) * k)
     return keep_values((h[:, part].contiguous().to(device), w[:, part].contiguous().to(device),
-                  bias.to(device)))
+                        bias.to(device)))
 
 
 def _row_expected(rank: int, size: int, seed: int) -> torch.Tensor:
@@ -107,7 +107,7 @@ def _column_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tu
     x, w, grad_out, k = _column_full(size, seed)
     part = slice(rank * k, (rank + 1) * k)
     return keep_values((x.to(device), w[part].contiguous().to(device),
-                  grad_out[:, part].contiguous().to(device)))
+                        grad_out[:, part].contiguous().to(device)))
 
 
 def _column_expected(rank: int, size: int, seed: int) -> list[torch.Tensor]:
