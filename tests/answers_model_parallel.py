@@ -18,7 +18,22 @@ def row_parallel_forward(h_part, w_part, bias):
     return out
 '''),
 ]
+ALSO_RIGHT["row_parallel_forward"] += [
+    ("the whole bias added on rank 0 before the sum", '''
+def row_parallel_forward(h_part, w_part, bias):
+    out = h_part @ w_part.T
+    if rank == 0:
+        out += bias
+    dist.all_reduce(out)
+    return out
+'''),
+]
 MORE_WRONG["row_parallel_forward"] = [
+    ("world_size times the partial output, averaged (ReduceOp.AVG): the right sum, another "
+     "payload", _ROW.replace("    dist.all_reduce(partial)\n",
+                             "    partial *= world_size\n"
+                             "    dist.all_reduce(partial, op=dist.ReduceOp.AVG)\n"),
+     "that are not this rank's partial output"),
     ("one buffer kept between calls and returned each time", '''
 _out = torch.empty(0)
 
@@ -80,6 +95,11 @@ def column_parallel_backward(x, w_part, grad_out_part):
 '''),
 ]
 MORE_WRONG["column_parallel_backward"] = [
+    ("world_size times its part of grad_x, averaged (ReduceOp.AVG): the right sum, another "
+     "payload", _COL.replace("    dist.all_reduce(grad_x)\n",
+                             "    grad_x = grad_x * world_size\n"
+                             "    dist.all_reduce(grad_x, op=dist.ReduceOp.AVG)\n"),
+     "that are not this rank's part of the input's gradient", 4),
     ("AVG times a hard-coded 2: right at 2 ranks only", _COL.replace(
         "dist.all_reduce(grad_x)",
         "dist.all_reduce(grad_x, op=dist.ReduceOp.AVG)\n    grad_x *= 2"),

@@ -155,7 +155,8 @@ def swap_with_partner(mine):
     ("received into mine, in place", _SWAP.replace(
         "    theirs = torch.empty_like(mine)\n", "    theirs = mine\n"),
      "at world size 3, rank 0: swap_with_partner gave"),
-    ("a buffer of a fixed shape", _SWAP.replace("torch.empty_like(mine)", "torch.empty(2)"),
+    ("a buffer of a fixed shape", _SWAP.replace("torch.empty_like(mine)",
+                                                    "torch.empty(2, device=device)"),
      "tensor of shape [2], expected float32 of shape"),
 ]
 
@@ -212,7 +213,7 @@ def shift_right(mine):
     return shifted''', "a rank sends only to its right neighbour", 4),
     ("a buffer of a fixed shape", '''
 def shift_right(mine):
-    shifted = torch.empty(3)
+    shifted = torch.empty(3, device=device)
     right, left = (rank + 1) % world_size, (rank - 1) % world_size
     ops = [dist.P2POp(dist.isend, mine, right), dist.P2POp(dist.irecv, shifted, left)]
     for req in dist.batch_isend_irecv(ops):
@@ -283,7 +284,7 @@ def ring_sum(x):
         passing = incoming
     return total''', "a deadlock at world size 3: rank 0 waits in send to rank 1"),
     ("a buffer of a fixed shape", _RING_SUM.replace(
-        "incoming = torch.empty_like(passing)", "incoming = torch.empty(3)"),
+        "incoming = torch.empty_like(passing)", "incoming = torch.empty(3, device=device)"),
      "at world size 2, rank 0: ring_sum raised RuntimeError: output with shape"),
 ]
 

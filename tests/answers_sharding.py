@@ -247,4 +247,47 @@ def zero_sgd_step(params, grad, lr):
         "    dist.all_gather_single(full, shard)\n",
         "    dist.reduce_scatter_single(mine, padded)\n    dist.all_gather_single(full, shard)\n"),
      "params unchanged"),
+    # payloads: what the two collectives carry, not only how many numbers
+    ("the averaged gradient shards all-gathered, then every rank updates the whole vector", '''
+import math
+
+def zero_sgd_step(params, grad, lr):
+    size = math.ceil(params.numel() / world_size)
+    padded = torch.zeros(size * world_size, dtype=grad.dtype, device=grad.device)
+    padded[:grad.numel()] = grad
+    mine = torch.empty(size, dtype=grad.dtype, device=grad.device)
+    dist.reduce_scatter_single(mine, padded)
+    every = torch.empty(size * world_size, dtype=grad.dtype, device=grad.device)
+    dist.all_gather_single(every, mine / world_size)
+    params -= lr * every[:params.numel()]''',
+     "all-gathered something other than this rank's updated shard"),
+    ("the gradient padded with ones", RIGHT["zero_sgd_step"].replace(
+        "padded = torch.zeros(", "padded = torch.ones("), "not zeros", 4),
+    ("the parameters reduce-scattered instead of the gradient (then scaled back)", '''
+import math
+
+def zero_sgd_step(params, grad, lr):
+    size = math.ceil(params.numel() / world_size)
+    full = torch.zeros(size * world_size, dtype=params.dtype, device=params.device)
+    full[:params.numel()] = params - lr * grad
+    mine = torch.empty(size, dtype=grad.dtype, device=grad.device)
+    dist.reduce_scatter_single(mine, full)
+    dist.all_gather_single(full, mine / world_size)
+    params.copy_(full[:params.numel()])''',
+     "reduce-scattered something other than this rank's gradient"),
+]
+ALSO_RIGHT["zero_sgd_step"] += [
+    ("the gradient divided by world_size before the reduce-scatter, the update gathered as the "
+     "list form", '''
+def zero_sgd_step(params, grad, lr):
+    k = (params.numel() + world_size - 1) // world_size
+    padded = torch.cat([grad / world_size, grad.new_zeros(k * world_size - grad.numel())])
+    mine = torch.empty(k, dtype=grad.dtype, device=grad.device)
+    dist.reduce_scatter_single(mine, padded)
+    full = torch.cat([params, params.new_zeros(k * world_size - params.numel())])
+    shard = full[rank * k:(rank + 1) * k] - lr * mine
+    pieces = [torch.empty_like(shard) for _ in range(world_size)]
+    dist.all_gather(pieces, shard)
+    params.copy_(torch.cat(pieces)[:params.numel()])
+'''),
 ]

@@ -1,6 +1,7 @@
 """Planted answers for what every exercise is held to, whatever it asks (issue 38's shared
 list): the global state a check compares before and after (autograd's mode, torch's default
-dtype), an asynchronous operation never waited for, and a call made through
+dtype), an asynchronous operation never waited for (or polled once), a tensor made without
+a device and passed to a call (on a GPU node it would go through gloo), and a call made through
 torch.distributed.distributed_c10d's own name, which the call record must see too, and
 Python's hash() of bytes, which agrees across ranks only where they share a hash seed. Each is
 planted in one or two exercises; the rule behind it is the same for all (trial, core.verdict).
@@ -36,6 +37,11 @@ MORE_WRONG_SHARED: dict[str, list[tuple]] = {
          UNWAITED, "started all_reduce (asynchronous) and never waited for it"),
         ("the all_reduce never waited, at 2 ranks",
          UNWAITED, "never waited for it", 2),
+        ("the all_reduce polled once with is_completed(), its answer ignored",
+         RIGHT["mean_of_all"].replace("    dist.all_reduce(total)\n",
+                                      "    work = dist.all_reduce(total, async_op=True)\n"
+                                      "    work.is_completed()\n"),
+         "started all_reduce (asynchronous) and never waited for it"),
     ],
     "my_piece": [
         ("the default dtype left at float64",
@@ -137,6 +143,17 @@ def column_parallel_backward(x, w_part, grad_out_part):
          "started batch_isend_irecv (asynchronous) and never waited for it"),
     ],
 }
+
+# a tensor made without a device and passed to a call: on a GPU node it would go through gloo
+MORE_WRONG_SHARED["count_ranks"].append(
+    ("torch.ones(1) with no device (on a GPU node: gloo, not NCCL)",
+     RIGHT["count_ranks"].replace("torch.ones(1, device=device)", "torch.ones(1)"),
+     "a tensor made without a device"))
+MORE_WRONG_SHARED["swap_with_partner"].append(
+    ("the partner's tensor received into torch.zeros(shape), no device",
+     RIGHT["swap_with_partner"].replace("theirs = torch.empty_like(mine)",
+                                        "theirs = torch.zeros(mine.shape, dtype=mine.dtype)"),
+     "passed recv a tensor made without a device", 4))
 
 ALSO_RIGHT_SHARED: dict[str, list[tuple[str, str]]] = {
     "mean_of_all": [

@@ -195,8 +195,40 @@ def _entry(name: str, signature: inspect.Signature, args: tuple, kwargs: dict
         "state": "running", "error": None, "start": time.time(), "seconds": None,
         "problem": _peer_problem(name, arguments, ranks) if kind == "p2p" else None,
     }
+    if works.watching():  # during a check: a copy of what the call sends, for payload rules,
+        entry["sent"] = _sent(name, arguments)  # and whether a tensor it carries was made
+        carried = ([op.tensor for op in arguments.get("p2p_op_list") or ()]  # with no device
+                   if name == "batch_isend_irecv" else list(arguments.values()))
+        entry["host_made"] = any(works.host_made(v) for v in carried)
     _calls.append(entry)
     return entry
+
+
+# the argument that carries what a call sends (a tensor or a list of tensors)
+SENT = {"all_reduce": "tensor", "broadcast": "tensor", "reduce": "tensor", "all_gather": "tensor",
+        "all_gather_into_tensor": "input_tensor", "all_gather_single": "input_tensor",
+        "reduce_scatter": "input_list", "reduce_scatter_tensor": "input",
+        "reduce_scatter_single": "input", "all_to_all": "input_tensor_list",
+        "all_to_all_single": "input", "send": "tensor", "isend": "tensor", "gather": "tensor",
+        "scatter": "scatter_list"}
+
+
+def _sent(name: str, arguments: dict[str, Any]) -> Any:
+    """A CPU copy of what the call sends, taken as it is made (None where nothing is known):
+    a tensor, or a list of tensors; batch_isend_irecv: the list of its sends' tensors."""
+    import torch
+
+    def copy(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.detach().to("cpu", copy=True)
+        if isinstance(value, list | tuple) and all(isinstance(v, torch.Tensor) for v in value):
+            return [copy(v) for v in value]
+        return None
+
+    if name == "batch_isend_irecv":
+        return [copy(op.tensor) for op in arguments.get("p2p_op_list") or ()
+                if getattr(op.op, "__name__", "") == "isend"]
+    return copy(arguments.get(SENT.get(name, "")))
 
 
 def _group_info(group: Any) -> tuple[str, tuple[int, ...]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,11 @@ def watch_works(namespace: dict[str, Any] | None, through: tuple[dict[str, Any],
     _watched[:] = [(namespace, through)] if namespace is not None else []
 
 
+def watching() -> bool:
+    """Whether a check is running (its calls' payloads are copied: ``trace``)."""
+    return bool(_watched)
+
+
 def _called_from(namespace: dict[str, Any], through: tuple[dict[str, Any], ...]) -> bool:
     """Whether the recorded call was made by `namespace`'s code (or through `through`'s)."""
     frame = sys._getframe(3)  # above this function, handed_back() and the recorded call
@@ -39,10 +45,10 @@ def _called_from(namespace: dict[str, Any], through: tuple[dict[str, Any], ...])
 class WatchedWork:
     """A work as the learner's code gets it during a check: the same, and `waited()` is called
     once it has been waited for (``wait()``, a completed ``is_completed()``, or the future
-    taken over, whose taker takes on the wait)."""
+    taken over, whose taker takes on the wait). Its first ``is_completed()`` is False."""
 
     def __init__(self, work: Any, waited: Callable[[], None]) -> None:
-        self._work, self._waited = work, waited
+        self._work, self._waited, self._polled = work, waited, False
 
     def wait(self, *args: Any, **kwargs: Any) -> Any:
         result = self._work.wait(*args, **kwargs)
@@ -50,6 +56,12 @@ class WatchedWork:
         return result
 
     def is_completed(self) -> bool:
+        # the first poll says "not yet", as it would on a GPU right after the call was queued
+        # (NCCL's work is done when the GPU's kernel is): an answer that polls once and reads
+        # the result whatever the poll said is wrong there, even where gloo had finished
+        if not self._polled:
+            self._polled = True
+            return False
         done = self._work.is_completed()
         if done:
             self._waited()
@@ -79,3 +91,55 @@ def handed_back(result: Any, entry: dict[str, Any]) -> Any:
         entry["waited"] = all(done)
 
     return [WatchedWork(work, functools.partial(part_waited, i)) for i, work in enumerate(result)]
+
+
+# ---- tensors the learner's code makes without a device, during a check on CPU ranks ---------
+# On CPU ranks `device` is the CPU, so torch.zeros(n) and torch.zeros(n, device=device) are the
+# same tensor; on a GPU node (backend "cpu:gloo,cuda:nccl") the first goes through gloo, not
+# NCCL, and a receive into it never meets a send of a GPU tensor. A check marks the tensors the
+# learner's own code makes with a factory and no device=, and judges any that a call carries.
+FACTORIES = ("zeros", "ones", "empty", "full", "tensor", "as_tensor", "arange", "rand", "randn",
+             "randint", "randperm", "linspace", "eye")
+_host_made: dict[int, weakref.ref] = {}  # by id: a tensor's == is elementwise, not identity
+_patched: dict[str, Callable] = {}
+
+
+def watch_factories(namespace: dict[str, Any] | None) -> None:
+    """From now on (None: no longer), torch's tensor factories called by `namespace`'s code
+    without a device mark what they make (``host_made``)."""
+    import torch
+
+    for name, original in _patched.items():
+        setattr(torch, name, original)
+    _patched.clear()
+    _host_made.clear()
+    if namespace is None:
+        return
+    for name in FACTORIES:
+        original = getattr(torch, name)
+        _patched[name] = original
+        setattr(torch, name, _marking(original, namespace))
+
+
+def _marking(original: Callable, namespace: dict[str, Any]) -> Callable:
+    @functools.wraps(original)
+    def factory(*args: Any, **kwargs: Any) -> Any:
+        made = original(*args, **kwargs)
+        if (kwargs.get("device") is None and sys._getframe(1).f_globals is namespace
+                and not (args and hasattr(args[0], "device"))):  # torch.tensor(a tensor)
+            try:
+                _host_made[id(made)] = weakref.ref(made)
+            except TypeError:
+                pass
+        return made
+
+    return factory
+
+
+def host_made(value: Any) -> bool:
+    """Whether value (a tensor, or a list of them) was made by a watched factory call with no
+    device."""
+    if isinstance(value, list | tuple):
+        return any(host_made(v) for v in value)
+    ref = _host_made.get(id(value))
+    return ref is not None and ref() is value

@@ -60,6 +60,7 @@ class Exercise:
     min_size: int = 1
     alone: bool = False  # also run on rank 0 alone (where the text promises one rank)
     again: bool = True  # call it twice on the same inputs (False where inputs are files)
+    on_device: bool = True  # tensors passed to calls made on `device` (False: CPU ones allowed)
     cleanup: Callable[[int, int], None] | None = None  # (global rank, seed), after both runs
     atol: float = 1e-5
     timeout: float = 5.0
@@ -153,37 +154,44 @@ def verdict(exercise: Exercise, results: Sequence[dict[str, Any]], seed: int) ->
             break
         for res in results:
             out = res.get(run)
-            if out is None:
-                continue
-            where = f"at world size {out['size']}, rank {out['rank']}" + (
-                ", called a second time on the same inputs" if run == "again" else "")
-            if out["error"] is not None:
-                problems.append(f"{where}: {exercise.name} raised {out['error']}")
-                continue
-            if out.get("inputs"):
-                problems.append(f"{where}: {exercise.name}: {'; '.join(out['inputs'])}")
-                continue
-            if out.get("overwritten"):
-                problems.append(f"{where}: {exercise.name} returned a tensor that its next call "
-                                "returned again or wrote into (one buffer kept between calls): "
-                                "return a new tensor from every call, as the caller still holds "
-                                "the one you returned")
-                continue
-            if out.get("side_effects"):
-                changed = out["side_effects"]
-                problems.append(f"{where}: {exercise.name} changed {' and '.join(changed)}: "
-                                f"leave {'it' if len(changed) == 1 else 'them'} as "
-                                f"{exercise.name} found {'it' if len(changed) == 1 else 'them'} "
-                                f"({state.advice(changed)})")
-                continue
-            expected = exercise.expected(out["rank"], out["size"], run_seed)
-            if (problem := value_problem(out["value"], expected, exercise.atol)) is not None:
-                problems.append(f"{where}: {exercise.name} gave {problem}" + (
-                    HASHED if out.get("hashed") else "") + elsewhere(out))
-            elif exercise.means is not None and (problem := exercise.means(
-                    out["calls"], out["rank"], out["size"], out["observed"])) is not None:
-                problems.append(f"{where}: {problem}{elsewhere(out)}")
+            if out is not None and (problem := judged(exercise, out, run_seed, run)):
+                problems.append(problem)
     return problems
+
+
+def judged(exercise: Exercise, out: dict[str, Any], seed: int, run: str) -> str | None:
+    """What is wrong with one rank's run (None if nothing), in a line naming its size and rank:
+    an error, changed inputs, a returned buffer overwritten, side effects, the value, the means.
+    The ranks judge their first run with it too (trial.run), and skip the rest if it is wrong."""
+    where = f"at world size {out['size']}, rank {out['rank']}" + (
+        ", called a second time on the same inputs" if run == "again" else "")
+    if out["error"] is not None:
+        return f"{where}: {exercise.name} raised {out['error']}"
+    if out.get("inputs"):
+        return f"{where}: {exercise.name}: {'; '.join(out['inputs'])}"
+    if out.get("overwritten"):
+        return (f"{where}: {exercise.name} returned a tensor that its next call returned again "
+                "or wrote into (one buffer kept between calls): return a new tensor from every "
+                "call, as the caller still holds the one you returned")
+    if out.get("side_effects"):
+        changed = out["side_effects"]
+        it = "it" if len(changed) == 1 else "them"
+        return (f"{where}: {exercise.name} changed {' and '.join(changed)}: leave {it} as "
+                f"{exercise.name} found {it} ({state.advice(changed)})")
+    expected = exercise.expected(out["rank"], out["size"], seed)
+    if (problem := value_problem(out["value"], expected, exercise.atol)) is not None:
+        return (f"{where}: {exercise.name} gave {problem}" + (HASHED if out.get("hashed") else "")
+                + elsewhere(out))
+    if exercise.means is not None and (problem := exercise.means(
+            out["calls"], out["rank"], out["size"], out["observed"])) is not None:
+        return f"{where}: {problem}{elsewhere(out)}"
+    if exercise.on_device and (made := [c["op"] for c in out["calls"] if c.get("host_made")]):
+        return (f"{where}: {exercise.name} passed {made[0]} a tensor made without a device "
+                "(torch.zeros(...), torch.tensor(...), ... with no device=): here the CPU, but "
+                "on a GPU node it would go through gloo rather than NCCL, and a receive into "
+                "it never meets a send from a GPU. Make it on `device` (device=device, or "
+                "another tensor's .device, or torch.zeros_like(...))")
+    return None
 
 
 HASHED = ("; it called hash() on str or bytes, which Python salts per process "
@@ -210,7 +218,8 @@ def unwaited(outs: Sequence[dict[str, Any]], name: str) -> str | None:
         if calls := [c for c in out["calls"] if c.get("waited") is False]:
             return (f"at world size {out['size']}, rank {out['rank']}: {name} started "
                     f"{calls[0]['op']} (asynchronous) and never waited for it: call .wait() on "
-                    "the work it returns before the tensor is used or returned (on NCCL "
+                    "the work it returns (or poll is_completed() until it says True) before "
+                    "the tensor is used or returned (on NCCL "
                     "nothing orders the operation before the code that reads its tensor until "
                     "then, even where gloo has already finished)")
     return None

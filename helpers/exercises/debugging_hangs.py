@@ -110,7 +110,7 @@ def _ring_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None
 RING_EXCHANGE = Exercise("ring_exchange", _ring_args, _left_token, _ring_means,
                          "blocking send to the right and recv from the left, no deadlock",
                          observe=_ring_observe, min_size=2, cleanup=_put_defaults_back,
-                         timeout=4.0)
+                         timeout=4.0, on_device=False)  # CPU tensors, as its text advises
 
 
 # ---- exercise 1: skip together ----------------------------------------------------------------

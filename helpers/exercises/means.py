@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
+
 from .core import Calls
 
 
@@ -67,3 +69,24 @@ def numel(shape: Any) -> int:
     if isinstance(shape, list):
         return sum(numel(s) for s in shape)
     return math.prod(shape)
+
+
+def sent_flat(sent: Any) -> torch.Tensor | None:
+    """What a call sent (its entry's "sent", copied as the call was made: a check's payload
+    rules), as one flat tensor, the list forms' tensors joined; None if unknown."""
+    if isinstance(sent, torch.Tensor):
+        return sent.reshape(-1)
+    if isinstance(sent, list) and sent and all(isinstance(t, torch.Tensor) for t in sent):
+        return torch.cat([t.reshape(-1) for t in sent])
+    return None
+
+
+def close(got: torch.Tensor, want: torch.Tensor, rtol: float = 1e-5) -> bool:
+    """Same shape, and equal within 1e-5 plus rtol of the largest expected magnitude."""
+    got, want = got.double(), want.double()
+    if got.shape != want.shape:
+        return False
+    if not want.numel():
+        return True
+    scale = want.abs().max().item()
+    return bool((got - want).abs().max() <= 1e-5 + rtol * scale)

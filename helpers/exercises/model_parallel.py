@@ -11,15 +11,31 @@ import torch
 from torch import nn
 
 from .core import Calls, Exercise
-from .means import one_all_reduce, point_to_point_only
+from .means import close, one_all_reduce, point_to_point_only, sent_flat
 from .point_to_point import messages
 from .state import keep_values, values_changed
 
 
-def _observed(args: tuple, returned: Any) -> dict[str, Any]:
-    """Whether the inputs changed, and their shapes (what the all_reduce should carry)."""
-    return {"changed": values_changed(args),
+def _observed(partial_of: Callable[[tuple], torch.Tensor], args: tuple, returned: Any
+              ) -> dict[str, Any]:
+    """Whether the inputs changed, their shapes, and this rank's partial result, which the
+    all_reduce should carry (partial_of(inputs), from the inputs as they were made)."""
+    changed = values_changed(args)
+    with torch.no_grad():
+        mine = None if changed else partial_of(tuple(a.detach().cpu() for a in args))
+    bias = args[2].detach().cpu() if partial_of is _row_partial else None
+    return {"changed": changed, "partial": mine, "bias": bias,
             "shapes": [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]}
+
+
+def _row_partial(args: tuple) -> torch.Tensor:
+    """h_part @ w_part.T: this rank's partial output, before the all_reduce and the bias."""
+    return args[0] @ args[1].T
+
+
+def _column_partial(args: tuple) -> torch.Tensor:
+    """grad_out_part @ w_part: this rank's part of the input's gradient."""
+    return args[2] @ args[1]
 
 
 def _one_all_reduce_of(numbers: Callable[[list[tuple[int, ...]]], int], what: str,
@@ -35,17 +51,31 @@ def _one_all_reduce_of(numbers: Callable[[list[tuple[int, ...]]], int], what: st
     if got != want:
         return (f"all-reduced {got} numbers: the one all_reduce carries {what}, {want} "
                 "numbers here (the rest stays where it is, split)")
+    sent, mine = sent_flat(calls[0].get("sent")), observed["partial"]
+    if sent is not None and mine is not None and observed["bias"] is not None:
+        # the bias, or a share of it (bias / world_size on every rank, or all on rank 0),
+        # may travel with the partial output: the sum is the same
+        extra = (sent.double().view_as(mine) - mine.double()).mean(dim=0)
+        share = (extra @ observed["bias"].double()) / max(
+            (observed["bias"].double() ** 2).sum().item(), 1e-30)
+        mine = mine + share.item() * observed["bias"]
+    if sent is not None and mine is not None and not close(sent, mine.reshape(-1), 1e-4):
+        return (f"all-reduced {want} numbers that are not {what}: the all_reduce sums exactly "
+                "that, each rank's product of its own slices (with, where there is one, a "
+                "share of the bias), and nothing else")
     return None
 
 
 def _one_all_reduce_exercise(name: str, make_args: Callable[..., tuple],
                              expected: Callable[[int, int, int], Any],
                              numbers: Callable[[list[tuple[int, ...]]], int], what: str,
-                             carried: str) -> Exercise:
-    """Exercises 1 and 2: one all_reduce of `what`, inputs untouched, two cases a check."""
+                             carried: str, partial_of: Callable[[tuple], torch.Tensor]
+                             ) -> Exercise:
+    """Exercises 1 and 2: one all_reduce of `what` (partial_of(inputs)), inputs untouched,
+    two cases a check."""
     return Exercise(name, make_args, expected, partial(_one_all_reduce_of, numbers, what),
-                    f"one all_reduce {carried}, inputs left as they were", observe=_observed,
-                    cases=2)
+                    f"one all_reduce {carried}, inputs left as they were",
+                    observe=partial(_observed, partial_of), cases=2)
 
 
 def _row_numbers(shapes: list[tuple[int, ...]]) -> int:
@@ -91,7 +121,8 @@ def _row_expected(rank: int, size: int, seed: int) -> torch.Tensor:
 
 ROW_PARALLEL_FORWARD = _one_all_reduce_exercise(
     "row_parallel_forward", _row_args, _row_expected, _row_numbers,
-    "this rank's partial output (batch x output features)", "of the partial output")
+    "this rank's partial output (batch x output features)", "of the partial output",
+    _row_partial)
 
 
 # ---- exercise 2: the column-parallel backward -----------------------------------------------
@@ -119,7 +150,8 @@ def _column_expected(rank: int, size: int, seed: int) -> list[torch.Tensor]:
 
 COLUMN_PARALLEL_BACKWARD = _one_all_reduce_exercise(
     "column_parallel_backward", _column_args, _column_expected, _column_numbers,
-    "this rank's part of the input's gradient (the input's shape)", "(of the input's gradient)")
+    "this rank's part of the input's gradient (the input's shape)", "(of the input's gradient)",
+    _column_partial)
 
 
 # ---- exercise 3: a pipeline's forward pass --------------------------------------------------

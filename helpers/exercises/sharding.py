@@ -9,7 +9,7 @@ import torch
 
 from ..sharding import padded_shard
 from .core import Calls, Exercise
-from .means import collectives_only, no_communication, numel, ops
+from .means import close, collectives_only, no_communication, numel, ops, sent_flat
 
 
 def _length(seed: int, size: int) -> int:
@@ -196,8 +196,36 @@ def _step_expected(rank: int, size: int, seed: int) -> torch.Tensor:
 
 
 def _step_observed(args: tuple, returned: Any) -> dict[str, Any]:
-    return {"grad kept": _unchanged(_step_made[1][_step_rank[0]], args[1].cpu()),
-            "numel": args[0].numel()}
+    params, grads, lr = _step_made
+    mine = grads[_step_rank[0]]
+    return {"grad kept": _unchanged(mine, args[1].cpu()), "numel": args[0].numel(),
+            "grad": mine, "updated": params - lr * torch.stack(grads).mean(dim=0)}
+
+
+def _payload_problem(scattered: dict[str, Any], gathered: dict[str, Any], rank: int,
+                     size: int, observed: Any) -> str | None:
+    """What the reduce-scatter and the all-gather carried: this rank's gradient (any scale, as
+    dividing by world_size first is right), padded with zeros; then its updated shard."""
+    n, shard = observed["numel"], -(-observed["numel"] // size)
+    sent = sent_flat(scattered.get("sent"))
+    if sent is not None and sent.numel() == shard * size:
+        grad = observed["grad"].double()
+        body, pad = sent[:n].double(), sent[n:]
+        scale = (body @ grad).item() / max((grad @ grad).item(), 1e-30)
+        if not close(body, scale * grad) or scale == 0:
+            return ("reduce-scattered something other than this rank's gradient (padded): the "
+                    "reduce-scatter carries the gradient, so that each rank gets its shard of "
+                    "the sum")
+        if pad.numel() and bool(pad.ne(0).any()):
+            return (f"padded the gradient with {pad.tolist()}, not zeros: pad it with zeros "
+                    "(a padding that is not zero is summed into the last shard)")
+    sent = sent_flat(gathered.get("sent"))
+    mine = observed["updated"][rank * shard:min(n, (rank + 1) * shard)]
+    if sent is not None and sent.numel() == shard and not close(sent[:mine.numel()], mine):
+        return ("all-gathered something other than this rank's updated shard of the parameters "
+                "(its averaged gradient?): update your shard first, then all-gather the "
+                "updated shards, so that the gradient never travels whole")
+    return None
 
 
 _step_made: list[Any] = []  # params, every rank's gradient and lr, as they were made
@@ -243,7 +271,7 @@ def _step_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None
         return (f"all-gathered {sent} numbers from each rank: each rank sends only its updated "
                 f"shard of the parameters, {padded // size} numbers (the gradient never travels "
                 "whole: the reduce-scatter has summed each rank's shard of it)")
-    return None
+    return _payload_problem(scattered, calls[made.index(gathers[0])], rank, size, observed)
 
 
 ZERO_SGD_STEP = Exercise(
