@@ -40,7 +40,7 @@ def combine_partials(out, lse):
     out.mul_(weight)
     dist.all_reduce(out)
     dist.all_reduce(weight)
-    return out / weight''', "changed its inputs"),
+    return out / weight''', "changed the caller's out in place"),
     ("around a ring of sends and receives", '''
 def combine_partials(out, lse):
     outs, lses = [out], [lse]
@@ -143,7 +143,7 @@ def ring_attention(q, k, v):
         ks.append(k2)
         vs.append(v2)
     return F.scaled_dot_product_attention(q, torch.cat(ks, 2), torch.cat(vs, 2))''',
-     "changed its inputs"),
+     "changed the caller's k in place"),
     ("received from any source", _RING.replace("dist.P2POp(dist.irecv, incoming, left)",
                                                "dist.P2POp(dist.irecv, incoming, None)"),
      "ring_attention"),
@@ -219,7 +219,7 @@ def dispatch(tokens, expert, experts_per_rank):
         "    return rows[torch.argsort(key, stable=True)]"), "dispatch gave"),
     ("each token's rank computed in place in the caller's expert", _DISPATCH.replace(
         "    local = torch.arange(", "    dest = expert\n    dest //= experts_per_rank\n"
-        "    local = torch.arange("), "changed its inputs"),
+        "    local = torch.arange("), "changed the caller's expert in place"),
     ("the rows' all-to-all started and never waited", _DISPATCH.replace(
         "    dist.all_to_all_single(rows, tokens[order], receive_splits, send_splits)",
         "    dist.all_to_all_single(rows, tokens[order], receive_splits, send_splits, "

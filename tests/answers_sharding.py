@@ -149,7 +149,7 @@ def global_norm(shard):
     shard.pow_(2)
     total = shard.double().sum().reshape(1)
     dist.all_reduce(total)
-    return total.sqrt().item()''', "changed shard"),
+    return total.sqrt().item()''', "changed the caller's shard in place"),
     ("a norm times the hard-coded sqrt(4)",
      "def global_norm(shard):\n    return shard.norm().item() * 2.0", "expected", 4),
 ]

@@ -155,6 +155,11 @@ MORE_WRONG_SHARED["swap_with_partner"].append(
                                         "theirs = torch.zeros(mine.shape, dtype=mine.dtype)"),
      "passed recv a tensor made without a device", 4))
 
+MORE_WRONG_SHARED["my_piece"].append(
+    ("the piece cut from a padded copy made with no device",
+     RIGHT["my_piece"].replace(", device=flat.device", "").replace(".clone()", ""),
+     "returned a tensor made without a device", 4))
+
 ALSO_RIGHT_SHARED: dict[str, list[tuple[str, str]]] = {
     "mean_of_all": [
         ("asynchronous, waited through its future; autograd off inside no_grad only", '''

@@ -138,8 +138,11 @@ def _marking(original: Callable, namespace: dict[str, Any]) -> Callable:
 
 def host_made(value: Any) -> bool:
     """Whether value (a tensor, or a list of them) was made by a watched factory call with no
-    device."""
+    device, or is a view of such a tensor."""
     if isinstance(value, list | tuple):
         return any(host_made(v) for v in value)
     ref = _host_made.get(id(value))
-    return ref is not None and ref() is value
+    if ref is not None and ref() is value:
+        return True
+    base = getattr(value, "_base", None)  # a view of one (a slice, a reshape) is one too
+    return base is not None and host_made(base)

@@ -198,4 +198,4 @@ def _tree_means(calls: Calls, rank: int, size: int, observed: Any) -> str | None
 
 TREE_BROADCAST = Exercise("tree_broadcast", _tree_args, _tree_expected, _tree_means,
                           "point-to-point only, along the tree, in ceil(log2 n) rounds",
-                          observe=_tree_observe, min_size=2)
+                          observe=_tree_observe, min_size=2, writes=(0,))  # t is filled

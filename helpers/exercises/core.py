@@ -61,6 +61,7 @@ class Exercise:
     alone: bool = False  # also run on rank 0 alone (where the text promises one rank)
     again: bool = True  # call it twice on the same inputs (False where inputs are files)
     on_device: bool = True  # tensors passed to calls made on `device` (False: CPU ones allowed)
+    writes: tuple[int, ...] = ()  # positions of the arguments the text asks to write into
     cleanup: Callable[[int, int], None] | None = None  # (global rank, seed), after both runs
     atol: float = 1e-5
     timeout: float = 5.0
@@ -156,6 +157,8 @@ def verdict(exercise: Exercise, results: Sequence[dict[str, Any]], seed: int) ->
             out = res.get(run)
             if out is not None and (problem := judged(exercise, out, run_seed, run)):
                 problems.append(problem)
+        if not problems and run != "again" and (said := batch_first(outs, exercise.name)):
+            problems.append(said)  # (a new group in every run but the second)
     return problems
 
 
@@ -191,6 +194,11 @@ def judged(exercise: Exercise, out: dict[str, Any], seed: int, run: str) -> str 
                 "on a GPU node it would go through gloo rather than NCCL, and a receive into "
                 "it never meets a send from a GPU. Make it on `device` (device=device, or "
                 "another tensor's .device, or torch.zeros_like(...))")
+    if exercise.on_device and out.get("host_returned"):
+        return (f"{where}: {exercise.name} returned a tensor made without a device "
+                "(torch.zeros(...), torch.tensor(...), ... with no device=): here the CPU, but "
+                "on a GPU node it would be on the CPU while its inputs are on the GPU. Make it "
+                "on `device` (device=device, or an input's .device, or torch.zeros_like(...))")
     return None
 
 
@@ -223,6 +231,26 @@ def unwaited(outs: Sequence[dict[str, Any]], name: str) -> str | None:
                     "nothing orders the operation before the code that reads its tensor until "
                     "then, even where gloo has already finished)")
     return None
+
+
+def batch_first(outs: Sequence[dict[str, Any]], name: str) -> str | None:
+    """Where batch_isend_irecv is some ranks' first call on the check's group (a new group
+    every run but the second) and not every rank's: on NCCL that is undefined (its docstring,
+    torch/distributed/distributed_c10d.py: as the first call on a group it needs every rank of
+    the group), although gloo runs it."""
+    first = {out["rank"]: (out["calls"][0]["op"] if out["calls"] else None) for out in outs
+             if out["error"] is None}
+    batched = sorted(r for r, op in first.items() if op == "batch_isend_irecv")
+    others = sorted(r for r, op in first.items() if op != "batch_isend_irecv")
+    if not batched or not others or len(first) < len(outs):
+        return None
+    other = others[0]
+    what = f"{first[other]}" if first[other] else "no call at all"
+    return (f"at world size {outs[0]['size']}: {name}'s first call on the group is "
+            f"batch_isend_irecv on rank {batched[0]} but {what} on rank {other}: on NCCL, "
+            "batch_isend_irecv as the first call on a group needs every rank of the group to "
+            "make it too (otherwise the behaviour is undefined, says its documentation; gloo "
+            "runs it all the same). Batch every rank's sends and receives, or none")
 
 
 def deadlock(outs: Sequence[dict[str, Any]]) -> str | None:

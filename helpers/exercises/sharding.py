@@ -278,5 +278,5 @@ ZERO_SGD_STEP = Exercise(
     "zero_sgd_step", _step_args_kept, _step_expected, _step_means,
     "one reduce-scatter, then one all-gather, params updated in place",
     collect=_step_collect, observe=_step_observed, cases=3, atol=1e-5,
-    extra={"lesson_names": LESSON_NAMES})
+    extra={"lesson_names": LESSON_NAMES}, writes=(0,))  # params, updated in place
 

@@ -1,7 +1,8 @@
 """What an answer must leave as it found it, read before and compared after every call that a
 checker makes of the learner's code, in every exercise (from notebook 00's on): the global
 random generators, the environment, autograd's mode, torch's default dtype and device and its
-number of threads, and the inputs' lists, flags, gradients and memory.
+number of threads, and the inputs' lists, flags, gradients, memory and values (but for those
+an exercise's text asks the answer to write into: ``Exercise.writes``).
 
 Used by ``trial`` (answers run on the ranks) and by the checkers of functions a learner runs
 in the notebook itself (``launching``).
@@ -132,20 +133,28 @@ def _tensors(args: tuple, names: Sequence[str]) -> list[tuple[str, Any]]:
     return found
 
 
-def inputs(args: tuple, names: Sequence[str]) -> dict[str, Any]:
+def inputs(args: tuple, names: Sequence[str], writes: Sequence[int] = ()) -> dict[str, Any]:
     """What every exercise's inputs must keep: the items of every list argument, and of every
-    tensor whether it requires grad, its .grad (a copy) and where its memory is (its identity
-    for every view of it)."""
+    tensor whether it requires grad, its .grad (a copy), where its memory is (its identity
+    for every view of it) and, but for the arguments at the positions `writes` (those the
+    exercise's text asks the answer to write into), its values (a copy)."""
+    kept = _tensors(tuple(a for i, a in enumerate(args) if i not in writes),
+                    [n for i, n in enumerate(_named(args, names)) if i not in writes])
     return {"names": list(names),
             "lists": [(names[i] if i < len(names) else f"argument {i + 1}", tuple(arg))
                       for i, arg in enumerate(args) if isinstance(arg, list)],
             "tensors": [(label, t.requires_grad,
                          None if t.grad is None else t.grad.detach().clone(), t.data_ptr())
-                        for label, t in _tensors(args, names)]}
+                        for label, t in _tensors(args, names)],
+            "values": [(label, t, t.detach().clone()) for label, t in kept]}
+
+
+def _named(args: tuple, names: Sequence[str]) -> list[str]:
+    return [names[i] if i < len(names) else f"argument {i + 1}" for i in range(len(args))]
 
 
 def inputs_changed(before: dict[str, Any], args: tuple) -> list[str]:
-    """How the answer changed its inputs beyond their values (which each exercise judges)."""
+    """How the answer changed its inputs: lists, flags, .grad and memory, then values."""
     import torch
 
     problems = []
@@ -171,6 +180,15 @@ def inputs_changed(before: dict[str, Any], args: tuple) -> list[str]:
                             "as it was and work on a copy, or, where the exercise asks for an "
                             "update in place, write into it (x.copy_(...)) so that every view of "
                             "it sees the new values")
+    if problems:
+        return problems
+    for label, t, values in before.get("values", ()):
+        if t.shape == values.shape and not torch.equal(t.detach(), values):
+            problems.append(f"changed the caller's {label} in place (its values): leave it as "
+                            f"it was and work on a copy ({label.split('[')[0]}.clone(), or a new "
+                            "tensor to receive into), as every exercise asks unless its text "
+                            "says to write into it")
+            break
     return problems
 
 

@@ -181,7 +181,7 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
     with torch.random.fork_rng(devices=[]):  # the inputs leave the learner's generator alone
         args = exercise.make_args(rank, size, device, group, seed)
     names = _parameter_names(world.get(exercise.name))
-    before, inputs = state.snapshot(), state.inputs(args, names)
+    before, inputs = state.snapshot(), state.inputs(args, names, exercise.writes)
     bookmark = calltrace.mark()
     # what the learner's code calls without naming a group (DistributedDataParallel, for one)
     # takes the default group: for the time of the call, that is the trial's group, so that a
@@ -194,6 +194,7 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
     try:
         returned = world[exercise.name](*args)
         works.watch_works(None)
+        outcome["host_returned"] = works.host_made(returned)  # made with no device=
         works.watch_factories(None)
         outcome["value"] = to_cpu(exercise.collect(args, returned))  # a copy, taken now
         _returned[:] = state.returned_copies(returned)
