@@ -111,6 +111,9 @@ def newest_loadable(directory):
     ("six digits read from the name", RIGHT["newest_loadable"].replace(
         "key=checkpoint_step", "key=lambda p: int(p.name[5:11])"),
      "expected '<directory>/step-100"),
+    ("the newest by the file's modification time, not by step", RIGHT["newest_loadable"].replace(
+        "sorted(found, key=checkpoint_step, reverse=True)",
+        "sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)"), "gave"),
     ("the oldest that loads (no reverse)", RIGHT["newest_loadable"].replace(
         ", reverse=True", ""), "expected '<directory>/step-100"),
     ("the newest name, if it loads, else None", '''

@@ -218,6 +218,9 @@ def _newest_setup(seed: int) -> list[tuple[int, str]]:
     return list(zip(steps + above, ["good"] * len(steps) + bad))
 
 
+_EPOCH = 1_700_000_000  # a file time, in seconds, from which the steps count back
+
+
 def _newest_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tuple:
     from ..checkpoint import atomic_save, checkpoint_path
 
@@ -234,7 +237,10 @@ def _newest_args(rank: int, size: int, device: Any, group: Any, seed: int) -> tu
             flipped[len(flipped) // 2] ^= 0xFF
             path.write_bytes(bytes(flipped))
         elif kind == "temporary":  # a complete file, under the name of a save in progress
-            path.rename(directory / f".{path.name}.x1y2z3.partial")
+            path = path.rename(directory / f".{path.name}.x1y2z3.partial")
+        # the higher the step, the older the file looks (as after a copy, or a restore from
+        # a backup): "the newest" is the highest step, not the latest modification time
+        os.utime(path, (_EPOCH - step, _EPOCH - step))
     _listings[str(directory)] = _snapshot(directory)
     return (str(directory),)
 
