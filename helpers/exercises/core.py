@@ -311,7 +311,8 @@ def check(cluster: Any, exercise: Exercise, seed: int | None = None) -> None:
     problems: list[str] = []
     for s in seeds:
         token = uuid.uuid4().hex  # this trial's, on every rank
-        pending = cluster.view.apply_async(trial.run, exercise, s, exercise.timeout, token)
+        pending = cluster.view.apply_async(trial.run, exercise, s, exercise.timeout, token,
+                                           judged)
         try:
             results = pending.get(4 * exercise.timeout + 30)
         except Exception as e:

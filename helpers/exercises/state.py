@@ -52,6 +52,7 @@ def snapshot() -> dict[str, Any]:
     import torch
 
     state = {"torch's random generator": torch.get_rng_state(),
+             "_torch's seed": torch.initial_seed(),  # put back with it (not judged apart)
              "Python's random generator": random.getstate(),
              "numpy's random generator": np.random.get_state(legacy=False),
              "the environment (os.environ)": {k: v for k, v in os.environ.items()
@@ -74,6 +75,8 @@ def restore(state: dict[str, Any]) -> None:
     import numpy as np
     import torch
 
+    if torch.initial_seed() != state["_torch's seed"]:  # a manual_seed() since
+        torch.manual_seed(state["_torch's seed"])
     torch.set_rng_state(state["torch's random generator"])
     random.setstate(state["Python's random generator"])
     np.random.set_state(state["numpy's random generator"])
@@ -104,7 +107,8 @@ def changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
             return bool((a == b).all())
         return a == b
 
-    return [name for name in before if name in after and not same(before[name], after[name])]
+    return [name for name in before if name in after and not name.startswith("_")
+            and not same(before[name], after[name])]
 
 
 def advice(names: list[str]) -> str:

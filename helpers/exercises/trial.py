@@ -23,6 +23,7 @@ import os
 import threading
 import types
 import weakref
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -221,19 +222,23 @@ def _attempt(namespace: dict[str, Any], exercise: Any, seed: int, group: Any,
     return outcome
 
 
-def _right(exercise: Any, out: dict[str, Any], seed: int, run: str = "full") -> bool:
+def _right(judge: Callable[..., str | None] | None, exercise: Any, out: dict[str, Any],
+           seed: int, run: str = "full") -> bool:
     """Whether this rank's run is right as far as this rank can tell. Where any rank's is not,
     the verdict is that run's, so the ranks skip the runs after it (a wrong answer's verdict
     comes sooner): the notebook's verdict (core.verdict) judges the runs in order and stops at
     the first with a problem."""
-    from .core import judged
-
-    if any(c.get("waited") is False for c in out["calls"]):  # core.unwaited names it
-        return False
+    if out["error"] is not None or any(c.get("waited") is False for c in out["calls"]):
+        return False  # (core.unwaited names the second)
+    if judge is None:
+        return True
+    before = state.snapshot()  # an exercise's expected value may seed torch's generator
     try:
-        return judged(exercise, out, seed, run) is None
+        return judge(exercise, out, seed, run) is None
     except Exception:  # noqa: BLE001 - a judgement that fails here is made again in the notebook
         return True
+    finally:
+        state.restore(before)
 
 
 def _parameter_names(fn: Any) -> list[str]:
@@ -272,11 +277,13 @@ def agree(token: str, what: str, mine: bytes, seconds: float) -> list[bytes]:
 _returned: list[tuple[Any, Any]] = []  # the tensors the last call returned, with copies
 
 
-def run(exercise: Any, seed: int, timeout_s: float, token: str) -> dict[str, Any]:
+def run(exercise: Any, seed: int, timeout_s: float, token: str,
+        judge: Callable[..., str | None] | None = None) -> dict[str, Any]:
     """On every rank: the learner's function run on all ranks, then (if the exercise makes
     sense on one rank fewer, and the runs before were right on every rank) on all ranks but
     the last.
-    token: new for every call, the same on every rank (``agree``)."""
+    token: new for every call, the same on every rank (``agree``); judge: the notebook's
+    judgement of one rank's run (``core.judged``), with which each rank judges its own."""
     import torch.distributed as dist
     from IPython import get_ipython
     from torch.distributed import distributed_c10d as c10d
@@ -290,13 +297,13 @@ def run(exercise: Any, seed: int, timeout_s: float, token: str) -> dict[str, Any
     everyone = _group(list(range(n)), timeout_s)
     runs = {"full": _attempt(namespace, exercise, seed, everyone, device)}
     kept, _returned[:] = list(_returned), []  # what the first call returned, and its copies
-    fine = b"1" if _right(exercise, runs["full"], seed) else b"0"
+    fine = b"1" if _right(judge, exercise, runs["full"], seed) else b"0"
     agreed = agree(token, "full", fine, verdict_s)  # every rank is done with it, and knows how
     reused = False
     if exercise.again and set(agreed) == {b"1"}:  # the same inputs again: the same answer, in
         runs["again"] = _attempt(namespace, exercise, seed, everyone, device)  # new memory
         reused = state.same_memory(kept, _returned)
-        fine = b"1" if _right(exercise, runs["again"], seed, "again") else b"0"
+        fine = b"1" if _right(judge, exercise, runs["again"], seed, "again") else b"0"
         agreed = agree(token, "again", fine, verdict_s)
     smaller = None
     if n - 1 >= exercise.min_size and set(agreed) == {b"1"}:
