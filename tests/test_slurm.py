@@ -196,8 +196,8 @@ def _jobs_ever() -> dict[int, str]:
     return {int(i): rest for i, _, rest in (line.partition("|") for line in out.splitlines())}
 
 
+# (notebook 01 runs unchanged inside an allocation below, on the same two nodes)
 @pytest.mark.parametrize("notebook, ranks", [
-    ("01_point_to_point", 4),
     # 2 ranks on 2 nodes: RPC's two workers (ranks 0 and 1) on different hosts, its rendezvous
     # in the shared folder, its listeners on the nodes' interface
     ("09_model_parallel", 2),
@@ -224,3 +224,110 @@ def test_no_sbatch_is_a_clear_error(monkeypatch, tmp_path):
     with pytest.raises(ClusterError, match=r"launcher 'slurm' needs sbatch, squeue, scancel, "
                                            r"srun on PATH"):
         start_cluster(n=2, launcher="slurm", activate=False)
+
+
+# ---- inside an allocation: the kernel runs in a Slurm job (salloc, an HPC centre's Jupyter) --
+def _inside(slurm_env: dict[str, str]) -> dict[str, str]:
+    """The environment of a kernel started inside a job: Slurm's commands, nothing that picks
+    a launcher or a number of nodes (the job's are the default)."""
+    return {k: v for k, v in slurm_env.items() if k not in ("COURSE_LAUNCHER", "COURSE_NODES")}
+
+
+def _steps(job: str) -> list[str]:
+    """The names of the job's steps that run now."""
+    return slurm.run(["squeue", "-h", "-s", "-j", job, "-o", "%j"]).split()
+
+
+INSIDE = textwrap.dedent(f"""
+    import os, subprocess, sys
+    sys.path.insert(0, {str(ROOT)!r})
+    from helpers.cluster import start_cluster
+    c = start_cluster(activate=False, backend="gloo")
+    print("REPR", repr(c))
+    print("HOSTS", *[r.host for r in c.ranks])
+    c.px({ALL_REDUCE!r})
+    job = os.environ["SLURM_JOB_ID"]
+    steps = lambda: subprocess.run(["squeue", "-h", "-s", "-j", job, "-o", "%j"],
+                                   capture_output=True, text=True).stdout.split()
+    print("STEPS", *steps())
+    c.restart()
+    c.px({ALL_REDUCE!r})
+    print("RESTARTED", *[r.host for r in c.ranks], "STEPS", *steps())
+    c.stop()
+    state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
+                           text=True).stdout.split()
+    print("STOPPED", "STEPS", *steps(), "JOB", *state)
+""")
+
+
+def test_inside_an_allocation_the_ranks_are_a_step_of_that_job(slurm_env, tmp_path):
+    """A kernel inside `salloc -N 2` starts its cluster with no launcher named: one srun step
+    on the job's two nodes, said in its repr; restart and stop end that step, not the job."""
+    script = tmp_path / "kernel.py"
+    script.write_text(INSIDE)
+    done = subprocess.run(["salloc", "-N", "2", "--ntasks=4", "--cpus-per-task=2",
+                           sys.executable, str(script)], env=_inside(slurm_env),
+                          capture_output=True, text=True, timeout=300)
+    lines = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines() if line}
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "a step of Slurm job" in " ".join(lines["REPR"]), lines["REPR"]
+    assert lines["HOSTS"] == ["node1", "node1", "node2", "node2"], lines["HOSTS"]
+    assert lines["STEPS"] == ["course-engines"], f"the job's steps: {lines['STEPS']}"
+    assert lines["RESTARTED"] == ["node1", "node1", "node2", "node2", "STEPS", "course-engines"]
+    # after stop(): no step of the engines left, and the learner's job still running
+    assert lines["STOPPED"] == ["STEPS", "JOB", "RUNNING"], lines["STOPPED"]
+    assert not _queue(), f"jobs left in squeue: {_queue()}"
+
+
+def test_a_killed_kernel_inside_an_allocation_ends_its_step_and_leaves_the_job(slurm_env,
+                                                                            tmp_path):
+    """As under an HPC centre's Jupyter: the job holds the allocation (salloc --no-shell), the
+    kernel runs with its SLURM_ variables. Killed by SIGKILL, its guard ends the engines' step;
+    the job, the learner's, goes on."""
+    out = subprocess.run(["salloc", "-N", "2", "--no-shell"], env=_inside(slurm_env),
+                         capture_output=True, text=True, timeout=60)
+    job = out.stderr.split("Granted job allocation")[-1].split()[0]
+    script = tmp_path / "kernel.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from helpers.cluster import start_cluster
+        c = start_cluster(n=2, activate=False, backend="gloo")
+        print("PIDS", *[r.pid for r in c.ranks], flush=True)
+        time.sleep(600)
+    """))
+    env = dict(_inside(slurm_env), SLURM_JOB_ID=job, SLURM_JOB_NUM_NODES="2",
+               SLURM_JOB_NODELIST="node[1-2]")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        line = proc.stdout.readline().split()
+        assert line and line[0] == "PIDS", f"the cluster did not start: {line}"
+        pids = [int(p) for p in line[1:]]
+        assert _steps(job) == ["course-engines"], _steps(job)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.monotonic() + 30
+        while (_steps(job) or alive(pids)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _steps(job), "the engines' step still runs 30 s after the kernel died"
+        assert not alive(pids), f"engines {alive(pids)} alive 30 s after the kernel died"
+        assert slurm.job_state(job)[0] == "RUNNING", "the learner's job was ended too"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        slurm.cancel(job)
+
+
+def test_a_lesson_notebook_runs_unchanged_inside_an_allocation(slurm_env):
+    """Notebook 01 at 4 ranks, its kernel inside `salloc -N 2`: the setup cell's
+    start_cluster() takes the job's two nodes with no launcher named."""
+    env = dict(_inside(slurm_env), COURSE_WORLD_SIZE="4")
+    done = subprocess.run(
+        ["salloc", "-N", "2", "--ntasks=4", sys.executable, "-m", "pytest", "-q", "-p",
+         "no:cacheprovider", "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout=240",
+         "notebooks/01_point_to_point.ipynb"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert not _queue(), f"jobs left in squeue after the notebook: {_queue()}"

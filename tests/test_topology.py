@@ -5,6 +5,7 @@ import pytest
 from helpers.cluster.topology import (
     DEFAULT_CPU_RANKS,
     ClusterConfigError,
+    allocation,
     backend_for,
     choose_backend,
     choose_launcher,
@@ -24,6 +25,7 @@ from helpers.cluster.topology import (
     sbatch_extra,
     sbatch_options,
     second_gpu,
+    step_options,
     threads_per_rank,
 )
 
@@ -132,8 +134,42 @@ def test_the_launcher_comes_from_the_argument_then_the_environment_then_local():
     assert choose_launcher("local", {"COURSE_LAUNCHER": "mpi"}) == "local"
     assert choose_launcher(None, {"COURSE_LAUNCHER": "slurm"}) == "slurm"
     with pytest.raises(ClusterConfigError, match=r"COURSE_LAUNCHER='pbs' is not a launcher .* "
-                                                 r"local, mpi, slurm$"):
+                                                 r"local, mpi, slurm, allocation$"):
         choose_launcher(None, {"COURSE_LAUNCHER": "pbs"})
+
+
+def test_inside_a_slurm_job_the_launcher_is_a_step_of_that_job_unless_told_otherwise():
+    job = {"SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "node[1-2]"}
+    assert choose_launcher(None, job) == "allocation"
+    assert choose_launcher(None, {**job, "COURSE_LAUNCHER": "local"}) == "local"
+    assert choose_launcher("slurm", job) == "slurm"
+    assert choose_launcher(None, {"SLURM_JOB_ID": " "}) == "local"
+
+
+def test_a_slurm_jobs_nodes_and_gpus_are_read_from_its_environment():
+    assert allocation({}) is None
+    assert allocation({"SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "2",
+                       "SLURM_JOB_NODELIST": "node[1-2]"}) == {
+        "job": "42", "nodes": 2, "node_list": "node[1-2]", "gpus_per_node": 0}
+    # GPUs: those on this node, else the job's --gpus-per-node=[type:]K; older Slurm: NNODES
+    assert allocation({"SLURM_JOB_ID": "7", "SLURM_NNODES": "4", "SLURM_GPUS_ON_NODE": "8"})[
+        "gpus_per_node"] == 8
+    assert allocation({"SLURM_JOB_ID": "7", "SLURM_GPUS_PER_NODE": "a100:4"})[
+        "gpus_per_node"] == 4
+    assert allocation({"SLURM_JOB_ID": "7"})["nodes"] == 1
+    with pytest.raises(ClusterConfigError, match=r"Slurm job 7: SLURM_JOB_NUM_NODES='x'"):
+        allocation({"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "x"})
+
+
+def test_the_engines_step_fits_in_the_job():
+    assert step_options(8, 2, 2, ["--cpus-per-task=2"]) == [
+        "--ntasks=8", "--nodes=2", "--ntasks-per-node=4", "--cpus-per-task=2"]
+    assert step_options(4, 1, 2, []) == ["--ntasks=4", "--nodes=1", "--ntasks-per-node=4"]
+    with pytest.raises(ClusterConfigError, match=r"3 nodes asked for, and the Slurm job this "
+                                                 r"notebook runs in has 2"):
+        step_options(6, 3, 2, [])
+    with pytest.raises(ClusterConfigError, match=r"2 nodes do not share 3 ranks evenly"):
+        step_options(3, 2, 2, [])
 
 
 def test_nodes_come_from_the_argument_then_the_environment_and_only_slurm_spans_hosts():
@@ -141,7 +177,8 @@ def test_nodes_come_from_the_argument_then_the_environment_and_only_slurm_spans_
     assert resolve_nodes(None, "slurm", True, {"COURSE_NODES": " 2 "}) == 2
     assert resolve_nodes(3, "slurm", True, {"COURSE_NODES": "2"}) == 3
     assert resolve_nodes(1, "local", False, {}) == 1
-    with pytest.raises(ClusterConfigError, match=r"COURSE_NODES=2: only launcher 'slurm'"):
+    with pytest.raises(ClusterConfigError, match=r"COURSE_NODES=2: only launchers 'slurm' and "
+                                                 r"'allocation'"):
         resolve_nodes(None, "local", False, {"COURSE_NODES": "2"})
     with pytest.raises(ClusterConfigError, match=r"nodes='two' is not a whole number"):
         resolve_nodes("two", "slurm", True, {})

@@ -329,8 +329,10 @@ class Cluster:
 
     def __repr__(self) -> str:
         state = "running" if self.controller.ipp is not None else "stopped"
+        inside = (f", a step of Slurm job {self.launcher.job}"
+                  if getattr(self.launcher, "job", None) else "")
         return (f"<Cluster {state}: {self.world_size} rank(s), backend {self.backend}, "
-                f"devices {sorted({r.device for r in self.ranks})}>")
+                f"devices {sorted({r.device for r in self.ranks})}{inside}>")
 
     def __enter__(self) -> Cluster:
         return self

@@ -8,6 +8,8 @@ functions), stops the cluster this kernel already runs, and starts a ``core.Clus
 
 from __future__ import annotations
 
+import os
+
 from .core import Cluster
 from .errors import ClusterError
 from .launchers import launcher_class
@@ -43,15 +45,19 @@ def start_cluster(
     start_timeout: seconds the engines may take to start and register.
     cell_timeout: seconds a %%px cell may wait for the ranks before it reports who is missing.
     min_ranks: the fewest ranks the notebook's lesson makes sense with (checked before starting).
-    launcher: 'local' (engines forked on this machine), 'mpi' (started by mpiexec) or 'slurm'
-    (a Slurm job); default $COURSE_LAUNCHER, else 'local'.
-    nodes: hosts the Slurm job spreads the ranks over (default $COURSE_NODES, else 1).
+    launcher: 'local' (engines forked on this machine), 'mpi' (started by mpiexec), 'slurm'
+    (a Slurm job) or 'allocation' (a step of the Slurm job this kernel runs in); default
+    $COURSE_LAUNCHER, else 'allocation' inside a Slurm job ($SLURM_JOB_ID), else 'local'.
+    nodes: hosts the Slurm job spreads the ranks over (default $COURSE_NODES, else, inside a
+    Slurm job, its nodes, else 1).
     sbatch: extra sbatch options, e.g. ["--partition=gpu", "--time=1:00:00"], after those of
     $COURSE_SBATCH; with --gpus-per-node=K the ranks use nccl when each has a GPU.
     """
     if Cluster.current is not None:
         Cluster.current.stop()
     kind = launcher_class(choose_launcher(launcher))
+    if nodes is None and not os.environ.get("COURSE_NODES", "").strip():
+        nodes = kind.default_nodes()  # inside a Slurm job: its nodes
     hosts = resolve_nodes(nodes, kind.name, kind.spans_hosts)
     n_gpus = kind.gpus(sbatch, hosts)  # under Slurm: those the job asks for on each node
     world_size = require_ranks(resolve_world_size(n, n_gpus), min_ranks)

@@ -14,7 +14,9 @@ from collections.abc import Mapping, Sequence
 
 DEFAULT_CPU_RANKS = 4
 BACKENDS = ("gloo", "nccl")
-LAUNCHERS = ("local", "mpi", "slurm")  # how engines start: forked here, by mpiexec, as a job
+# how engines start: forked here, by mpiexec, as a Slurm job, or as a step of the Slurm job
+# (allocation) the kernel itself runs in
+LAUNCHERS = ("local", "mpi", "slurm", "allocation")
 
 
 class ClusterConfigError(ValueError):
@@ -62,12 +64,14 @@ def resolve_world_size(n: int | None, n_gpus: int, env: Mapping[str, str] | None
 
 
 def choose_launcher(launcher: str | None, env: Mapping[str, str] | None = None) -> str:
-    """How the engines start: the argument, else $COURSE_LAUNCHER, else 'local'."""
+    """How the engines start: the argument, else $COURSE_LAUNCHER, else 'allocation' where
+    this process runs inside a Slurm job ($SLURM_JOB_ID: an HPC centre's Jupyter, or salloc
+    then jupyter lab), else 'local'."""
     env = os.environ if env is None else env
     source = "launcher" if launcher is not None else "COURSE_LAUNCHER"
     value = (launcher if launcher is not None else env.get("COURSE_LAUNCHER", "")).strip().lower()
     if not value:
-        return "local"
+        return "allocation" if allocation(env) is not None else "local"
     if value not in LAUNCHERS:
         raise ClusterConfigError(f"{source}={value!r} is not a launcher the course knows; use "
                                  f"one of {', '.join(LAUNCHERS)}")
@@ -93,9 +97,9 @@ def resolve_nodes(nodes: int | None, launcher: str, spans_hosts: bool,
         return 1
     n = parse_world_size(nodes, source)
     if n > 1 and not spans_hosts:
-        raise ClusterConfigError(f"{source}={n}: only launcher 'slurm' spreads ranks over "
-                                 f"several hosts (this is {launcher!r}); set COURSE_LAUNCHER="
-                                 "slurm, or leave nodes unset")
+        raise ClusterConfigError(f"{source}={n}: only launchers 'slurm' and 'allocation' "
+                                 f"spread ranks over several hosts (this is {launcher!r}); set "
+                                 "COURSE_LAUNCHER=slurm, or leave nodes unset")
     return n
 
 
@@ -279,3 +283,40 @@ def loopback_interface(interface_names: Sequence[str]) -> str:
         f"no loopback interface among {list(interface_names)}; set GLOO_SOCKET_IFNAME "
         "to the interface the ranks should use"
     )
+
+
+def allocation(env: Mapping[str, str] | None = None) -> dict[str, object] | None:
+    """The Slurm job this process runs inside, as its environment says, or None outside one:
+    {"job": id, "nodes": how many, "node_list": Slurm's list of them, "gpus_per_node": GPUs on
+    each node (0 if none)}. Slurm sets SLURM_JOB_ID, SLURM_JOB_NUM_NODES and SLURM_JOB_NODELIST
+    in every process of a job (salloc's shell, a batch script, srun's tasks), and
+    SLURM_GPUS_ON_NODE where the job has GPUs on the node."""
+    env = os.environ if env is None else env
+    job = env.get("SLURM_JOB_ID", "").strip()
+    if not job:
+        return None
+    nodes = env.get("SLURM_JOB_NUM_NODES", env.get("SLURM_NNODES", "1")).strip()
+    gpus = env.get("SLURM_GPUS_ON_NODE", "").strip()
+    if not gpus:  # --gpus-per-node=[type:]K, as the job asked
+        asked = env.get("SLURM_GPUS_PER_NODE", "").strip()
+        gpus = asked.rsplit(":", 1)[-1] if asked else "0"
+    try:
+        count, per_node = int(nodes), int(gpus)
+    except ValueError:
+        raise ClusterConfigError(f"Slurm job {job}: SLURM_JOB_NUM_NODES={nodes!r} and "
+                                 f"SLURM_GPUS_ON_NODE={gpus!r} should be numbers; is this "
+                                 "process inside the job? (COURSE_LAUNCHER=local ignores "
+                                 "the job)") from None
+    return {"job": job, "nodes": count, "node_list": env.get("SLURM_JOB_NODELIST", ""),
+            "gpus_per_node": per_node}
+
+
+def step_options(world_size: int, nodes: int, job_nodes: int, extra: Sequence[str]) -> list[str]:
+    """srun's options for the engines' step inside the job: its shape (ranks, nodes, the same
+    number on each), on at most the job's nodes, then extra (sbatch=, not $COURSE_SBATCH: the
+    job's partition and time were chosen when it was allocated)."""
+    if nodes > job_nodes:
+        raise ClusterConfigError(f"{nodes} nodes asked for, and the Slurm job this notebook "
+                                 f"runs in has {job_nodes}: ask for {job_nodes} or fewer "
+                                 "(nodes= or COURSE_NODES)")
+    return sbatch_options(world_size, nodes, extra)

@@ -113,6 +113,11 @@ class Launcher:
         return []
 
     @classmethod
+    def default_nodes(cls) -> int | None:
+        """Hosts to spread the ranks over when neither nodes= nor $COURSE_NODES says."""
+        return None
+
+    @classmethod
     def check_ready(cls) -> None:
         """Raise a ClusterError saying what to install if this machine cannot launch."""
 
