@@ -44,3 +44,32 @@ def listening_outside_loopback(pids: list[int]) -> list[tuple[int, str]]:
     return [(c.pid, c.laddr.ip) for c in psutil.net_connections(kind="inet")
             if c.status == psutil.CONN_LISTEN and c.pid in pids
             and c.laddr.ip not in ("127.0.0.1", "::1")]
+
+
+def listening(pids: list[int]) -> list[tuple[int, str, int]]:
+    """(pid, address, port) of every TCP socket these processes listen on, each read in the
+    process's own network namespace (/proc/PID/net/tcp and tcp6: a local cluster's ranks have
+    a namespace of their own, which psutil, reading the caller's, does not see)."""
+    import ipaddress
+    import struct
+
+    found = []
+    for pid in pids:
+        try:
+            held = {os.readlink(f"/proc/{pid}/fd/{fd}")[8:-1]
+                    for fd in os.listdir(f"/proc/{pid}/fd")
+                    if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:[")}
+        except OSError:  # ended meanwhile
+            continue
+        for table in ("tcp", "tcp6"):
+            with open(f"/proc/{pid}/net/{table}") as f:
+                for line in f.readlines()[1:]:
+                    fields = line.split()
+                    if fields[3] != "0A" or fields[9] not in held:  # 0A: LISTEN
+                        continue
+                    address, port = fields[1].rsplit(":", 1)
+                    words = struct.unpack("<" + "I" * (len(address) // 8),
+                                          bytes.fromhex(address))  # each word little-endian
+                    packed = b"".join(struct.pack(">I", w) for w in words)
+                    found.append((pid, str(ipaddress.ip_address(packed)), int(port, 16)))
+    return found

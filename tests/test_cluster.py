@@ -11,24 +11,17 @@ import textwrap
 import threading
 import time
 
-import psutil
 import pytest
-from system import alive
+from system import alive, listening
 
 from helpers import Cluster, ClusterConfigError, ClusterError, RankError, start_cluster
 from helpers.cluster.watchdog import course_processes
 
 
 def _listening_addresses(pids: list[int]) -> list[str]:
-    """Addresses on which the given processes listen for TCP connections."""
-    out = []
-    for pid in pids:
-        try:
-            conns = psutil.Process(pid).net_connections(kind="inet")
-        except psutil.Error:
-            continue
-        out += [c.laddr.ip for c in conns if c.status == psutil.CONN_LISTEN]
-    return out
+    """Addresses on which the given processes listen for TCP connections (each in its own
+    network namespace: the ranks have one of their own)."""
+    return [address for _, address, _ in listening(pids)]
 
 
 def _on_ranks(cluster, expr: str) -> list:

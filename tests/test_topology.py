@@ -15,6 +15,7 @@ from helpers.cluster.topology import (
     gpus_per_node,
     group_backend,
     interface_with,
+    isolation,
     local_ranks,
     loopback_interface,
     mpi_arguments,
@@ -283,3 +284,17 @@ def test_one_rank_per_gpu_on_every_shape_of_node_and_cluster(per_node, nodes):
     assert len(set(zip(hosts, devices))) == world, "two ranks share a GPU"
     assert all(second_gpu(lr, per_node, per_node) is None for lr in locals_)
     assert threads_per_rank(16, per_node) * per_node <= 16
+
+
+def test_a_local_cluster_gets_a_network_of_its_own_where_linux_allows():
+    prefix, said = isolation({}, "linux", 1000, "/usr/bin/unshare", "/sbin/ip")
+    assert prefix == ["/usr/bin/unshare", "--user", "--map-root-user", "--net", "sh", "-c",
+                      '/sbin/ip link set lo up && exec "$0" "$@"']
+    assert said == "ranks in a network namespace of their own"
+    assert isolation({}, "linux", 0, "/usr/bin/unshare", "/sbin/ip")[0][1:2] == ["--net"]
+    for env, platform, unshare, why in (
+            ({"COURSE_ISOLATE": "0"}, "linux", "/usr/bin/unshare", "COURSE_ISOLATE=0"),
+            ({}, "darwin", "/usr/bin/unshare", "network namespaces are Linux's"),
+            ({}, "linux", None, "needs unshare and ip")):
+        prefix, said = isolation(env, platform, 1000, unshare, "/sbin/ip")
+        assert prefix is None and why in said, said

@@ -114,11 +114,12 @@ def main() -> None:
 class ForkServer:
     """The kernel's handle on a fork server process: start it, fork engines, end it."""
 
-    def __init__(self, env: dict[str, str], log: Path):
+    def __init__(self, env: dict[str, str], log: Path, prefix: list[str] | None = None):
+        """prefix: a command that runs the server (unshare ... exec: the same process)."""
         self.log = log
         with open(log, "ab") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "helpers.cluster.forkserver"], env=env,
+                [*(prefix or []), sys.executable, "-m", "helpers.cluster.forkserver"], env=env,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
                 start_new_session=True,
             )

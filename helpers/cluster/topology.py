@@ -178,6 +178,24 @@ def mpi_arguments(version_text: str, as_root: bool) -> list[str]:
     return ["--oversubscribe"] + (["--allow-run-as-root"] if as_root else [])
 
 
+def isolation(env: Mapping[str, str], platform: str, euid: int, unshare: str | None,
+              ip: str | None) -> tuple[list[str] | None, str]:
+    """How a local cluster's engines get a network of their own: the command that runs the
+    fork server (and so every engine) in a new network namespace whose only interface is its
+    own loopback, or None; and, in words, what that means. In such a namespace the ranks'
+    listeners (gloo's, a TCP store's, RPC's) cannot be reached by any other process of the
+    machine, another user's included; the kernel still reaches the engines through Unix
+    sockets in the cluster's private folder. $COURSE_ISOLATE=0 turns it off."""
+    if env.get("COURSE_ISOLATE", "").strip() == "0":
+        return None, "not isolated (COURSE_ISOLATE=0)"
+    if not platform.startswith("linux"):
+        return None, "not isolated (network namespaces are Linux's)"
+    if unshare is None or ip is None:
+        return None, "not isolated (needs unshare and ip: Debian's util-linux and iproute2)"
+    return ([unshare, *own_network(euid), "sh", "-c", f'{ip} link set lo up && exec "$0" "$@"'],
+            "ranks in a network namespace of their own")
+
+
 def own_network(euid: int) -> list[str]:
     """unshare's switches for a network namespace of one's own: root needs only --net; any
     other user first enters a user namespace in which it is root."""
