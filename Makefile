@@ -74,9 +74,10 @@ test: lint
 browser: install
 	COURSE_BROWSER_ALL=1 $(PY) -m pytest tests/test_browser.py --durations=0 --durations-min=1
 
-# the day before a workshop: is this machine ready? (a table; exit status 1 on a blocker)
+# the day before a workshop: is this machine ready? (a table; exit status 1 on a blocker);
+# CLASS=20: and for 20 learners at once, each with a kernel and a cluster?
 check: install
-	$(PY) -m helpers.machine.preflight
+	COURSE_CLASS_SIZE=$(CLASS) $(PY) -m helpers.machine.preflight
 
 # on a machine with one NVIDIA GPU: one report of what runs there (benchmarks/gpu_check.py says
 # how to run it with the machine's own PyTorch, from wheels saved by benchmarks/gpu_wheels.sh)

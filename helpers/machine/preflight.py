@@ -87,6 +87,36 @@ def bandwidth_line(what: str, measured: float, stored: float | None) -> Line:
     return Line(what, found)
 
 
+def class_line(learners: int, cores: int, memory: int, gpus: int, ranks: int,
+               rank_bytes: int, kernel_bytes: int) -> Line:
+    """Whether this machine holds a class of `learners`, each with a kernel and a cluster of
+    `ranks` CPU ranks (or their share of the GPUs, where that is 2 or more each), from the
+    memory one rank and one kernel took here, just after the start (measured by make check:
+    proportional set sizes; what the notebooks compute adds to it).
+    CPU ranks may share cores, as this course's own 2-core test machine runs 4 ranks: twice as
+    many ranks as cores is slow but works; four times as many is too slow to teach with."""
+    each = gpus // learners if gpus else 0
+    if each >= 2:
+        ranks, kind = each, f"{each} GPUs and {each} ranks (nccl)"
+    else:
+        kind = f"{ranks} CPU ranks (gloo)" + (f": {gpus} GPUs do not give each 2" if gpus else "")
+    needed = learners * (kernel_bytes + ranks * rank_bytes)
+    per_core = learners * ranks / max(cores, 1)
+    found = (f"{learners} learners: each {kind}, {format_bytes(kernel_bytes + ranks * rank_bytes)}"
+             f" of memory; in all {format_bytes(needed)} of {format_bytes(memory)}, "
+             f"{learners * ranks} ranks on {cores} cores")
+    what = f"a class of {learners}"
+    if needed > 0.9 * memory:
+        return Line(what, found, BLOCKER, "not enough memory: fewer learners, or ranks per "
+                    "learner (COURSE_WORLD_SIZE=2 in the learners' environment)")
+    if each < 2 and per_core > 4:
+        return Line(what, found, BLOCKER, f"{per_core:.0f} ranks per core: fewer learners, or "
+                    "COURSE_WORLD_SIZE=2, or a machine with more cores")
+    if each < 2 and per_core > 2 or needed > 0.7 * memory:
+        return Line(what, found, NOTE, "it fits, with little to spare: cells will be slow")
+    return Line(what, found)
+
+
 def optional_line(what: str, present: bool, use: str) -> Line:
     return Line(what, "present" if present else "absent", OK if present else NOTE,
                 "" if present else f"only needed {use}")
@@ -141,6 +171,9 @@ def cluster_lines(backend: str, n: int, nbytes: int = 16 * 2**20) -> list[Line]:
         where = cluster.launcher.describe()
         lines = [Line(what, f"started and all-reduced in {time.perf_counter() - started:.1f} s"
                             f" (devices {sorted({r.device for r in cluster.ranks})}{where})")]
+        MEASURED["rank"] = max(_share_bytes(r.pid) for r in cluster.ranks)
+        server = getattr(cluster.launcher, "forkserver", None)  # what the engines fork from
+        MEASURED["forkserver"] = _share_bytes(server.proc.pid) if server else 0
         if n >= 2:
             times = cluster.view.apply_sync(_measure, nbytes, 5)[0]
             stored = stored_bandwidths() if backend == "gloo" else {}
@@ -182,6 +215,21 @@ def environment_bytes(prefix: str = sys.prefix) -> int:
     return total
 
 
+# bytes, as cluster_lines measured them: one rank's memory, and its fork server's
+MEASURED: dict[str, int] = {}
+
+
+def _share_bytes(pid: int) -> int:
+    """This process's share of the memory (its proportional set size: a page it shares with
+    n processes counts 1/n: the engines share most of theirs with their fork server)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).memory_full_info().pss
+    except psutil.Error:
+        return 0
+
+
 def report() -> list[Line]:
     """Every check, in the order of the table."""
     from ..cluster.launchers.base import visible_gpus
@@ -211,6 +259,20 @@ def report() -> list[Line]:
     if backend == "nccl":
         lines += cluster_lines("nccl", n)
     lines += cluster_lines("gloo", 4 if backend == "gloo" else 2)
+    if (learners := os.environ.get("COURSE_CLASS_SIZE", "").strip()) and MEASURED.get("rank"):
+        import psutil
+
+        try:
+            count = int(learners)
+        except ValueError:
+            count = 0
+        if count < 1:
+            lines.append(Line("a class", f"CLASS={learners!r}", BLOCKER,
+                              "give the number of learners: make check CLASS=20"))
+        else:
+            lines.append(class_line(count, os.cpu_count() or 1, psutil.virtual_memory().total,
+                                    gpus, resolve_world_size(None, 0), MEASURED["rank"],
+                                    _share_bytes(os.getpid()) + MEASURED["forkserver"]))
     checkpoints = tempfile.gettempdir()
     lines.append(disk_line(checkpoints, shutil.disk_usage(checkpoints).free))
     lines.append(optional_line("py-spy (stacks of stuck ranks)", py_spy() is not None,
