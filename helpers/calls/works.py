@@ -56,9 +56,10 @@ class WatchedWork:
         return result
 
     def is_completed(self) -> bool:
-        # the first poll says "not yet", as it would on a GPU right after the call was queued
-        # (NCCL's work is done when the GPU's kernel is): an answer that polls once and reads
-        # the result whatever the poll said is wrong there, even where gloo had finished
+        # the first poll says "not yet", as it usually would on a GPU right after the call was
+        # queued (under NCCL it queries, without blocking, the CUDA event recorded after the
+        # kernel): an answer that polls once and reads the result whatever the poll said is
+        # wrong there, even where gloo had finished
         if not self._polled:
             self._polled = True
             return False
