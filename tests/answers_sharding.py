@@ -248,18 +248,11 @@ def zero_sgd_step(params, grad, lr):
         "    dist.reduce_scatter_single(mine, padded)\n    dist.all_gather_single(full, shard)\n"),
      "params unchanged"),
     # payloads: what the two collectives carry, not only how many numbers
-    ("the averaged gradient shards all-gathered, then every rank updates the whole vector", '''
-import math
-
-def zero_sgd_step(params, grad, lr):
-    size = math.ceil(params.numel() / world_size)
-    padded = torch.zeros(size * world_size, dtype=grad.dtype, device=grad.device)
-    padded[:grad.numel()] = grad
-    mine = torch.empty(size, dtype=grad.dtype, device=grad.device)
-    dist.reduce_scatter_single(mine, padded)
-    every = torch.empty(size * world_size, dtype=grad.dtype, device=grad.device)
-    dist.all_gather_single(every, mine / world_size)
-    params -= lr * every[:params.numel()]''',
+    ("the averaged gradient shards all-gathered, then every rank updates the whole vector",
+     RIGHT["zero_sgd_step"].split("    mine /= world_size\n")[0]
+     + "    every = torch.empty(size * world_size, dtype=grad.dtype, device=grad.device)\n"
+       "    dist.all_gather_single(every, mine / world_size)\n"
+       "    params -= lr * every[:params.numel()]\n",
      "all-gathered something other than this rank's updated shard"),
     ("the gradient padded with ones", RIGHT["zero_sgd_step"].replace(
         "padded = torch.zeros(", "padded = torch.ones("), "not zeros", 4),
