@@ -9,7 +9,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb)) $(sort $(wildcard 
 # stored outputs are compared run after run: no progress bars, outputs grouped by engine
 export IPP_NONINTERACTIVE := 1
 
-.PHONY: install lab-settings lab lab-args browser test unit notebooks lint outputs check gpu-check world-sizes lessons-at clean cluster-up cluster-down
+.PHONY: install lab-settings lab lab-args browser test unit notebooks lint outputs check gpu-check world-sizes lessons-at clean cluster-up cluster-down hub hub-install hub-test
 
 # PyTorch: any release in pyproject.toml's range; one the Python above already has (a site's
 # module, a conda environment) is used through --system-site-packages, not installed again.
@@ -65,7 +65,7 @@ notebooks: install
 # the browser suite is `make browser` (CI runs both)
 # (the slowest 15 steps are listed at the end: the budget is 10 minutes)
 test: lint
-	$(PY) -m pytest tests --ignore=tests/test_browser.py --nbval --nbval-current-env \
+	$(PY) -m pytest tests --ignore=tests/test_browser.py --ignore=tests/test_hub.py --nbval --nbval-current-env \
 		--nbval-cell-timeout=240 --nbval-sanitize-with tests/sanitize.cfg --durations=15 \
 		$(NOTEBOOKS)
 
@@ -99,6 +99,66 @@ lessons-at: install
 # re-execute notebooks in place after editing them (NB=path to do one)
 outputs: install
 	$(PY) tests/execute_notebooks.py $(or $(NB),$(NOTEBOOKS))
+
+# a workshop server: the course for several local accounts through JupyterHub (as root; README,
+# "Running a workshop"): make hub LEARNERS="ada bob" [RANKS_EACH=4 THREADS_EACH= GPUS= HUB_PORT=]
+HUB_PREFIX ?= /opt/distributed-course
+HUB_VENV := $(HUB_PREFIX)/venv
+HUB_PYTHON ?=
+HUB_IP ?= 127.0.0.1
+HUB_PORT ?= 8000
+LEARNERS ?=
+RANKS_EACH ?= 4
+THREADS_EACH ?=
+GPUS ?=
+LAB_ARGS_EACH ?=
+PROXY := configurable-http-proxy@5.3.0
+HUB_ENV = COURSE_HUB_PREFIX=$(HUB_PREFIX) COURSE_HUB_LEARNERS="$(LEARNERS)" \
+	COURSE_HUB_RANKS=$(RANKS_EACH) COURSE_HUB_THREADS=$(THREADS_EACH) COURSE_HUB_GPUS=$(GPUS) \
+	COURSE_HUB_IP=$(HUB_IP) COURSE_HUB_PORT=$(HUB_PORT) COURSE_HUB_LAB_ARGS="$(LAB_ARGS_EACH)"
+
+# its environment, where every account can run it: a venv from a Python all may run (not one
+# under /root), the course installed in it (not editable: a learner needs no access to this
+# folder), JupyterHub's proxy from npm, and the course's files that each learner gets a copy of
+HUB_STAMP := $(HUB_PREFIX)/.installed
+hub-install: $(HUB_STAMP)
+$(HUB_STAMP): pyproject.toml README.md $(shell find helpers notebooks -type f -not -path '*/.*' \
+		-not -path '*__pycache__*')
+	@[ "$$(id -u)" = 0 ] || { echo "make hub: run it as root (sudo make hub ...): JupyterHub \
+	starts each learner's JupyterLab as their own account"; exit 1; }
+	@command -v npm >/dev/null || { echo "make hub: JupyterHub's proxy comes from npm, which \
+	is missing (Debian: apt-get install npm)"; exit 1; }
+	@python=$$($(PYTHON) helpers/machine/hub.py shared-python $(HUB_PYTHON)) || exit 1; \
+		mkdir -p -m 755 $(HUB_PREFIX) && \
+		{ [ -x $(HUB_VENV)/bin/python ] || $$python -m venv $(HUB_VENV); }
+	$(HUB_VENV)/bin/python -m pip install --quiet --upgrade pip
+	torch_args=$$($(HUB_VENV)/bin/python helpers/machine/torch_build.py \
+		$(if $(TORCH),,--local-cpu)) && \
+		$(HUB_VENV)/bin/python -m pip install --quiet $$torch_args ".[hub]" \
+		$(if $(TORCH),"torch==$(TORCH)")
+	$(HUB_VENV)/bin/python -m pip install --quiet --no-deps --force-reinstall .
+	rm -rf build
+	npm install --silent --no-fund --no-audit --prefix $(HUB_PREFIX)/proxy $(PROXY)
+	rm -rf $(HUB_PREFIX)/course.new && mkdir -p $(HUB_PREFIX)/course.new && \
+		cp -r notebooks README.md $(HUB_PREFIX)/course.new/ && \
+		rm -rf $(HUB_PREFIX)/course && mv $(HUB_PREFIX)/course.new $(HUB_PREFIX)/course
+	$(MAKE) --no-print-directory lab-settings VENV=$(HUB_VENV)
+	mkdir -p -m 700 $(HUB_PREFIX)/state
+	chmod -R a+rX $(HUB_VENV) $(HUB_PREFIX)/proxy $(HUB_PREFIX)/course
+	touch $@
+
+# each learner's share first (a table), then the hub, in the foreground (Ctrl-C stops it and
+# every learner's JupyterLab)
+hub: hub-install
+	@$(HUB_ENV) $(HUB_VENV)/bin/python helpers/machine/hub.py plan
+	@echo "Starting JupyterHub on $(HUB_IP):$(HUB_PORT) for: $(LEARNERS)"
+	cd $(HUB_PREFIX)/state && $(HUB_ENV) $(HUB_VENV)/bin/jupyterhub \
+		-f $(CURDIR)/helpers/machine/jupyterhub_config.py
+
+# two learners logged in at once through a real hub and a real browser (root, Chromium, npm;
+# about N minutes): notebooks 00 and 02 each, each other's cluster probed; CI runs it
+hub-test: install
+	COURSE_HUB_TEST=1 $(PY) -m pytest tests/test_hub.py -s --durations=0 --durations-min=1
 
 # a throwaway Slurm cluster of two nodes on this machine (root; network namespaces), for the
 # Slurm tests and for trying the notebooks on Slurm: `make cluster-up && source .cluster/env`

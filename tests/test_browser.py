@@ -138,19 +138,27 @@ def menu(page, *path: str) -> None:
     """Click through JupyterLab's menu bar: menu(page, 'Run', 'Run All Cells')."""
     page.locator(".lm-MenuBar-itemLabel", has_text=path[0]).first.click()
     for item in path[1:]:
-        page.locator(".lm-Menu-itemLabel", has_text=item).first.click()
+        page.locator(".lm-Menu-itemLabel", has_text=item).locator("visible=true").first.click()
 
 
 def run_all(page, timeout: float) -> list[list[dict]]:
     """Run All from the menu; wait until every code cell ran, or one failed (JupyterLab then
     runs none of the cells after it); the outputs of each cell."""
     menu(page, "Run", "Run All Cells")
-    failed = (f"{CELLS}.some(c => Array.from({{length: c.outputs.length}}, (_, i) => "
-              "c.outputs.get(i).type).includes('error'))")
+    return ran_all(page, timeout)
+
+
+FAILED = (f"{CELLS}.some(c => Array.from({{length: c.outputs.length}}, (_, i) => "
+          "c.outputs.get(i).type).includes('error'))")
+# every code cell ran, or one failed (JupyterLab then runs none of the cells after it)
+RAN_ALL = (f"({CELLS}.every(c => c.executionCount !== null) || {FAILED}) && "
+           "app.shell.currentWidget.sessionContext.session.kernel.status === 'idle'")
+
+
+def ran_all(page, timeout: float) -> list[list[dict]]:
+    """After Run All: wait until every code cell ran, or one failed; the outputs of each."""
     try:
-        wait_for(page, f"({CELLS}.every(c => c.executionCount !== null) || {failed}) && "
-                       "app.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
-                 timeout)
+        wait_for(page, RAN_ALL, timeout)
     except AssertionError as e:  # say where it stands, and keep a picture of it
         SHOTS.mkdir(exist_ok=True)
         page.screenshot(path=SHOTS / "run-all-timed-out.png")

@@ -93,7 +93,7 @@ def test_local_ranks_count_within_each_host():
 
 @pytest.mark.parametrize("cores, ranks, expected", [(2, 4, 1), (16, 4, 4), (8, 3, 2), (1, 1, 1)])
 def test_threads_never_oversubscribe(cores, ranks, expected):
-    assert threads_per_rank(cores, ranks) == expected
+    assert threads_per_rank(cores, ranks, {}) == expected
     assert expected * ranks <= max(cores, ranks)
 
 
@@ -298,3 +298,11 @@ def test_a_local_cluster_gets_a_network_of_its_own_where_linux_allows():
             ({}, "linux", None, "needs unshare and ip")):
         prefix, said = isolation(env, platform, 1000, unshare, "/sbin/ip")
         assert prefix is None and why in said, said
+
+
+def test_a_workshop_sets_the_threads_per_rank_for_the_class():
+    assert threads_per_rank(64, 4, {"COURSE_THREADS": "2"}) == 2
+    assert threads_per_rank(64, 4, {"COURSE_THREADS": " "}) == 16
+    for bad in ("0", "two", "-1"):
+        with pytest.raises(ClusterConfigError, match="COURSE_THREADS"):
+            threads_per_rank(64, 4, {"COURSE_THREADS": bad})

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import os
 import shutil
 import signal
 import socket
@@ -34,6 +33,7 @@ from .topology import (
     device_for,
     local_ranks,
     threads_per_rank,
+    usable_cores,
 )
 from .watchdog import course_processes, end_processes
 
@@ -53,7 +53,7 @@ class Cluster:
         self.world_size, self.backend = world_size, backend
         self.nodes, self.sbatch = nodes, list(sbatch or [])
         self.timeout, self.start_timeout, self.cell_timeout = timeout, start_timeout, cell_timeout
-        self.threads = threads_per_rank(os.cpu_count() or 1, world_size // nodes)
+        self.threads = threads_per_rank(usable_cores(), world_size // nodes)
         self.ranks: list[RankInfo] = []
         self.view: ipp.DirectView | None = None
         self.generation = 0

@@ -11,7 +11,7 @@ import socket
 from datetime import timedelta
 from typing import Any
 
-from .topology import backend_for, group_backend, interface_with
+from .topology import backend_for, group_backend, interface_with, usable_cores
 
 _store_socket: socket.socket | None = None  # rank 0 on several hosts: the store's listening socket
 
@@ -44,10 +44,7 @@ def cpus_here() -> int:
     slurm_cpus = os.environ.get("SLURM_CPUS_ON_NODE", "").strip()
     if slurm_cpus.isdigit() and int(slurm_cpus) > 0:
         return int(slurm_cpus)
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        return os.cpu_count() or 1
+    return usable_cores()
 
 
 def _make_store(store: dict[str, Any], rank: int, world_size: int, timeout: timedelta):

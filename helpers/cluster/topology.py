@@ -284,9 +284,29 @@ def local_ranks(hosts: Sequence[str]) -> list[int]:
     return out
 
 
-def threads_per_rank(cores: int, ranks_on_host: int) -> int:
-    """CPU threads each rank may use so that the ranks on one host do not oversubscribe it."""
+def threads_per_rank(cores: int, ranks_on_host: int, env: Mapping[str, str] | None = None) -> int:
+    """CPU threads each rank may use so that the ranks on one host do not oversubscribe it;
+    $COURSE_THREADS, where set (a workshop's class-wide setting: `make hub`), decides instead."""
+    env = os.environ if env is None else env
+    if env.get("COURSE_THREADS", "").strip():
+        try:
+            threads = int(env["COURSE_THREADS"].strip())
+        except ValueError:
+            threads = 0
+        if threads < 1:
+            raise ClusterConfigError(f"COURSE_THREADS={env['COURSE_THREADS']!r}: give the CPU "
+                                     "threads each rank may use, a whole number from 1 up")
+        return threads
     return max(1, cores // max(1, ranks_on_host))
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity: a cgroup's or taskset's share of the
+    machine), or all of them where the system does not say."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
 
 
 def loopback_interface(interface_names: Sequence[str]) -> str:

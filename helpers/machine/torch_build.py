@@ -175,8 +175,37 @@ def pip_args(build: Build, index: str = CPU_INDEX, wait: float = REACH_WAIT,
                 "used as it is).")
 
 
+def local_cpu_build(python: str = sys.executable) -> str | None:
+    """A CPU build in the course's range that pip can install here without any index (a wheel
+    on disk that pip's configuration points to, such as a site's wheelhouse): 'torch==V', or
+    None. `make hub` uses it on a machine without an NVIDIA GPU, where PyPI's build would add
+    about 4 GB of CUDA libraries for nothing."""
+    import json
+    import subprocess
+
+    try:
+        found = subprocess.run([python, "-m", "pip", "install", "--dry-run", "--quiet",
+                                "--no-index", "--no-deps", "--report", "-", REQUIREMENT],
+                               capture_output=True, text=True, timeout=120)
+        version = json.loads(found.stdout)["install"][0]["metadata"]["version"]
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, IndexError):
+        return None
+    return f"torch=={version}" if version.endswith("+cpu") else None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--local-cpu"]:  # make hub: a CPU build already on disk, where there is no GPU
+        if (found := installed_torch()) and in_range(found[0]):
+            print(f"PyTorch: keeping {found[0]}.", file=sys.stderr)
+            return 0
+        if (not has_nvidia_driver() and not os.environ.get("COURSE_TORCH", "").strip()
+                and (found := local_cpu_build())):
+            print(f"PyTorch: {found}, a CPU build pip finds on this machine's disk.",
+                  file=sys.stderr)
+            print(found)
+            return 0
+        argv = []
     if argv == ["--venv-args"]:
         args, line = venv_args(installed_torch(), in_venv=sys.prefix != sys.base_prefix)
         if line:
