@@ -5,6 +5,7 @@ LEARNERS, RANKS_EACH, THREADS_EACH, GPUS, HUB_IP, HUB_PORT, HUB_PREFIX, LAB_ARGS
 """
 
 import os
+import pwd
 import shlex
 import sys
 from pathlib import Path
@@ -45,6 +46,7 @@ c.JupyterHub.shutdown_on_logout = True
 # each learner's JupyterLab: as their own account (JupyterHub's LocalProcessSpawner), at their
 # copy of the course, with their share of the machine
 venv = Path(sys.executable).parent
+c.JupyterHub.spawner_class = "localprocess"
 c.Spawner.cmd = [sys.executable, "-m", "helpers.machine.hub", "singleuser"]
 c.Spawner.args = shlex.split(env.get("COURSE_HUB_LAB_ARGS", ""))  # LAB_ARGS=: for every learner
 c.Spawner.notebook_dir = f"~/{hub.HOME_FOLDER}"
@@ -58,7 +60,7 @@ def _share(key):
 
 
 def _home(spawner):
-    return hub.pwd.getpwnam(spawner.user.name).pw_dir
+    return pwd.getpwnam(spawner.user.name).pw_dir
 
 
 c.Spawner.environment = {

@@ -284,6 +284,8 @@ def report() -> list[Line]:
                                not slurm.missing_commands(),
                                "for COURSE_LAUNCHER=slurm (README) and notebook 07's job "
                                "submission (it skips it otherwise)"))
+    lines.append(optional_line("npm", bool(shutil.which("npm")),
+                               "for `make hub` (a workshop server: JupyterHub's proxy)"))
     mpi = [shutil.which(c) for c in ("mpiexec", "unshare", "ip")]
     lines.append(optional_line("MPI (mpiexec, mpi4py, unshare, ip)",
                                all(mpi) and importlib.util.find_spec("mpi4py") is not None,
