@@ -313,6 +313,24 @@ def targets(uid: int, marker: str) -> dict:
             "venv": str(Path(lab.cmdline()[0]).parent)}
 
 
+def _print_memory(uid: int) -> None:
+    """What one learner's processes hold (proportional set sizes, as make check CLASS= counts)."""
+    kinds: dict[str, list[int]] = {}
+    for p in _processes(uid):
+        line = " ".join(p.cmdline())
+        kind = ("JupyterLab" if "jupyterhub-singleuser" in line else
+                "kernel" if "ipykernel_launcher" in line else
+                "cluster" if "COURSE_CLUSTER_DIR" in _environ(p.pid) else "other")
+        try:
+            kinds.setdefault(kind, []).append(p.memory_full_info().pss)
+        except psutil.Error:
+            pass
+    total = sum(sum(v) for v in kinds.values())
+    print(f"one learner, 2 notebooks open and a {RANKS_EACH}-rank cluster: {total / 2**20:.0f} MiB"
+          " (" + ", ".join(f"{k} {len(v)}: {sum(v) / 2**20:.0f} MiB" for k, v in kinds.items())
+          + ")")
+
+
 def _environ(pid: int) -> dict[str, str]:
     try:
         raw = Path(f"/proc/{pid}/environ").read_bytes()
@@ -399,6 +417,8 @@ def test_two_learners_at_once_kept_apart(hub, learners):
                                     "from helpers import start_cluster\n"
                                     "probed = start_cluster()")
                 target = targets(bob_uid, marker)
+                if isolate == "1":
+                    _print_memory(bob_uid)
                 assert target["engines"] and target["rank_ports"], target
                 found = probe(ada, target)
                 kernel_still_its_own(target)
