@@ -75,9 +75,11 @@ browser: install
 	COURSE_BROWSER_ALL=1 $(PY) -m pytest tests/test_browser.py --durations=0 --durations-min=1
 
 # the day before a workshop: is this machine ready? (a table; exit status 1 on a blocker);
-# CLASS=20: and for 20 learners at once, each with a kernel and a cluster?
+# CLASS=20: and for 20 learners at once, each with a kernel and a cluster (RANKS_EACH=, GPUS=:
+# as make hub would give them)?
 check: install
-	COURSE_CLASS_SIZE=$(CLASS) $(PY) -m helpers.machine.preflight
+	COURSE_CLASS_SIZE=$(CLASS) COURSE_CLASS_RANKS=$(RANKS_EACH) COURSE_CLASS_GPUS=$(GPUS) \
+		$(PY) -m helpers.machine.preflight
 
 # on a machine with one NVIDIA GPU: one report of what runs there (benchmarks/gpu_check.py says
 # how to run it with the machine's own PyTorch, from wheels saved by benchmarks/gpu_wheels.sh)
@@ -141,16 +143,18 @@ $(HUB_STAMP): pyproject.toml README.md $(shell find helpers notebooks -type f -n
 	npm install --silent --no-fund --no-audit --prefix $(HUB_PREFIX)/proxy $(PROXY)
 	rm -rf $(HUB_PREFIX)/course.new && mkdir -p $(HUB_PREFIX)/course.new && \
 		cp -r notebooks README.md $(HUB_PREFIX)/course.new/ && \
+		find $(HUB_PREFIX)/course.new -mindepth 1 -name '.*' -prune -exec rm -rf {} + && \
 		rm -rf $(HUB_PREFIX)/course && mv $(HUB_PREFIX)/course.new $(HUB_PREFIX)/course
 	$(MAKE) --no-print-directory lab-settings VENV=$(HUB_VENV)
 	mkdir -p -m 700 $(HUB_PREFIX)/state
 	chmod -R a+rX $(HUB_VENV) $(HUB_PREFIX)/proxy $(HUB_PREFIX)/course
 	touch $@
 
-# each learner's share first (a table), then the hub, in the foreground (Ctrl-C stops it and
-# every learner's JupyterLab)
-hub: hub-install
-	@$(HUB_ENV) $(HUB_VENV)/bin/python helpers/machine/hub.py plan
+# each learner's share first (a table; a class that cannot work stops here, before any install),
+# then the hub, in the foreground (Ctrl-C stops it and every learner's JupyterLab)
+hub:
+	@$(HUB_ENV) $(PYTHON) helpers/machine/hub.py plan
+	@$(MAKE) --no-print-directory hub-install
 	@echo "Starting JupyterHub on $(HUB_IP):$(HUB_PORT) for: $(LEARNERS)"
 	cd $(HUB_PREFIX)/state && $(HUB_ENV) $(HUB_VENV)/bin/jupyterhub \
 		-f $(CURDIR)/helpers/machine/jupyterhub_config.py

@@ -26,6 +26,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -35,7 +36,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from system import listening, need
+from system import listening, listening_outside_loopback, need
 from test_browser import CHROMIUM, OUTPUTS, RAN_ALL, SHOTS, js, menu, sync_playwright, text_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,8 +56,9 @@ def attempt(what, action):
     try:
         outcome = action()
         found.append([what, outcome, True])
-    except OSError as e:
-        found.append([what, type(e).__name__, False])
+    except OSError as e:  # an HTTP refusal says its status
+        found.append([what, type(e).__name__ + (f" ({e})" if str(e).startswith("HTTP") else ""),
+                      False])
 
 def connect(port):
     with socket.create_connection(("127.0.0.1", port), timeout=2):
@@ -179,7 +181,8 @@ def learners():
 
 @pytest.fixture(scope="module")
 def hub(learners, tmp_path_factory):
-    """`make hub` for the two learners: (base URL, seconds it took to answer, its log)."""
+    """`make hub` for the two learners: (base URL, seconds it took to answer, its log, the pid
+    of make, whose children are the hub and its proxy)."""
     prefix = os.environ.get("HUB_PREFIX")  # an installed hub to reuse; else one made here
     made = prefix is None
     if made:
@@ -213,7 +216,7 @@ def hub(learners, tmp_path_factory):
                     pass
                 assert time.monotonic() - start < 180, log_path.read_text()[-3000:]
                 time.sleep(0.2)
-            yield base, time.monotonic() - start, log_path
+            yield base, time.monotonic() - start, log_path, make.pid
         finally:
             pid_file = Path(prefix) / "state" / "jupyterhub.pid"
             if pid_file.exists():  # as Ctrl-C: the hub stops every learner's JupyterLab
@@ -380,7 +383,7 @@ def kernel_still_its_own(target: dict) -> None:
 
 
 def test_two_learners_at_once_kept_apart(hub, learners):
-    base, hub_start, log_path = hub
+    base, hub_start, log_path, _ = hub
     (ada, ada_pw, ada_uid), (bob, bob_pw, bob_uid) = learners
     print(f"hub answered {hub_start:.1f} s after make hub started it")
     with sync_playwright() as pw:
@@ -390,6 +393,11 @@ def test_two_learners_at_once_kept_apart(hub, learners):
             pages = {ada: log_in(browser, base, ada, ada_pw),
                      bob: log_in(browser, base, bob, bob_pw)}
             print(f"both logged in, JupyterLab started: {time.monotonic() - start:.1f} s")
+            for name in pages:
+                course = Path(pwd.getpwnam(name).pw_dir) / "distributed-course"
+                assert (course / "notebooks" / NOTEBOOKS[0]).is_file(), f"{name}: no course"
+                assert (course / "helpers" / "timing.py").is_file(), f"{name}: no helpers/"
+                assert stat.S_IMODE(course.stat().st_mode) == 0o700, f"{name}: not private"
 
             # 1. together, then ada alone
             together = {}
@@ -408,6 +416,11 @@ def test_two_learners_at_once_kept_apart(hub, learners):
                 print(f"{notebook}: together {times[ada]:.0f} s and {times[bob]:.0f} s; "
                       f"alone {alone[notebook][1] - alone[notebook][0]:.0f} s "
                       f"({RANKS_EACH} ranks each)")
+
+            hub_tree = psutil.Process(hub[3]).children(recursive=True)
+            served = [p.pid for p in hub_tree] + [p.pid for uid in (ada_uid, bob_uid)
+                                                  for p in _processes(uid)]
+            assert not listening_outside_loopback(served), listening_outside_loopback(served)
 
             # 2. ada tries to reach a cluster of bob's, isolated and then not
             results = {}

@@ -94,3 +94,12 @@ def test_the_course_is_copied_to_the_learner_without_touching_their_work(tmp_pat
     (source / "notebooks" / "01.ipynb").write_text("a new lesson")
     assert hub.copy_course(source, home) == ["notebooks/01.ipynb"]
     assert mine.read_text() == "the learner's work"
+
+
+def test_the_helpers_beside_the_course_are_the_installed_ones_and_a_kept_link_is_kept(tmp_path):
+    (tmp_path / hub.HOME_FOLDER).mkdir()
+    hub.link_helpers(tmp_path)
+    link = tmp_path / hub.HOME_FOLDER / "helpers"
+    assert (link / "machine" / "hub.py").samefile(hub.__file__)
+    hub.link_helpers(tmp_path)  # the next login: as it was
+    assert link.is_symlink()

@@ -12,7 +12,7 @@ Run by the Makefile before the hub's environment exists, so the standard library
 
 and, as each learner, by JupyterHub (``Spawner.cmd``): ``python -m helpers.machine.hub
 singleuser ...`` copies the course into the learner's home (files they lack; never over their
-own) and starts their JupyterLab.
+own), links the installed helpers/ beside it for reading, and starts their JupyterLab.
 """
 
 from __future__ import annotations
@@ -157,12 +157,24 @@ def copy_course(source: Path, home: Path) -> list[str]:
     return copied
 
 
+PACKAGE = Path(__file__).resolve().parent.parent  # the installed helpers/
+
+
+def link_helpers(home: Path, package: Path = PACKAGE) -> None:
+    """home/distributed-course/helpers: the installed package itself (read-only, always the
+    code that runs), for the notebooks' mentions of helpers/*.py, as `make lab` shows it."""
+    link = home / HOME_FOLDER / "helpers"
+    if not link.exists() and not link.is_symlink():
+        link.symlink_to(package, target_is_directory=True)
+
+
 def singleuser(args: Sequence[str]) -> None:
     """As the learner: their copy of the course, then their JupyterLab (JupyterHub's own
     single-user server, in this environment)."""
     os.umask(0o077)  # what the learner saves is theirs alone
     home = Path.home()
     copy_course(Path(os.environ["COURSE_HUB_COURSE"]), home)
+    link_helpers(home)
     (home / HOME_FOLDER).chmod(0o700)  # their work: no other account may list or read it
     server = str(Path(sys.executable).with_name("jupyterhub-singleuser"))
     os.execv(server, [server, *args])

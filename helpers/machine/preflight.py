@@ -107,11 +107,11 @@ def class_line(learners: int, cores: int, memory: int, gpus: int, ranks: int,
              f"{learners * ranks} ranks on {cores} cores")
     what = f"a class of {learners}"
     if needed > 0.9 * memory:
-        return Line(what, found, BLOCKER, "not enough memory: fewer learners, or ranks per "
-                    "learner (COURSE_WORLD_SIZE=2 in the learners' environment)")
+        return Line(what, found, BLOCKER, "not enough memory: fewer learners, or fewer ranks "
+                    "per learner (make hub RANKS_EACH=2)")
     if each < 2 and per_core > 4:
         return Line(what, found, BLOCKER, f"{per_core:.0f} ranks per core: fewer learners, or "
-                    "COURSE_WORLD_SIZE=2, or a machine with more cores")
+                    "RANKS_EACH=2, or a machine with more cores")
     if each < 2 and per_core > 2 or needed > 0.7 * memory:
         return Line(what, found, NOTE, "it fits, with little to spare: cells will be slow")
     return Line(what, found)
@@ -270,8 +270,14 @@ def report() -> list[Line]:
             lines.append(Line("a class", f"CLASS={learners!r}", BLOCKER,
                               "give the number of learners: make check CLASS=20"))
         else:
+            # make hub's settings, where make check is given them (RANKS_EACH=, GPUS=)
+            ranks = os.environ.get("COURSE_CLASS_RANKS", "").strip()
+            shared = os.environ.get("COURSE_CLASS_GPUS", "").strip()
             lines.append(class_line(count, os.cpu_count() or 1, psutil.virtual_memory().total,
-                                    gpus, resolve_world_size(None, 0), MEASURED["rank"],
+                                    int(shared) if shared.isdigit() else gpus,
+                                    resolve_world_size(int(ranks) if ranks.isdigit() else None,
+                                                       0),
+                                    MEASURED["rank"],
                                     _share_bytes(os.getpid()) + MEASURED["forkserver"]))
     checkpoints = tempfile.gettempdir()
     lines.append(disk_line(checkpoints, shutil.disk_usage(checkpoints).free))
