@@ -102,6 +102,7 @@ def one_process(dp: int, steps: int, adamw: bool):
     model = GPT(vocab)
     opt = optimizer(model.parameters(), adamw)
     losses = []
+    start = time.perf_counter()
     for step in range(steps):
         x, y = batch(data, step, dp)
         loss = loss_fn(model(x), y)
@@ -109,7 +110,8 @@ def one_process(dp: int, steps: int, adamw: bool):
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}
+    seconds = (time.perf_counter() - start) / steps
+    return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}, seconds
 
 
 def composed(shape: tuple[int, int, int], steps: int, adamw: bool):
@@ -184,9 +186,8 @@ def main() -> None:
     parser.add_argument("--adamw", action="store_true", help="AdamW instead of SGD")
     args = parser.parse_args()
     shape = (args.pp, args.dp, args.tp)
-    start = time.perf_counter()
-    losses, weights = one_process(args.dp, args.steps, args.adamw)
-    print(f"one process: {(time.perf_counter() - start) / args.steps:.2f} s per step; losses "
+    losses, weights, seconds = one_process(args.dp, args.steps, args.adamw)
+    print(f"one process: {seconds:.2f} s per step; losses "
           + ", ".join(f"{v:.4f}" for v in losses))
     with start_cluster(n=args.pp * args.dp * args.tp, backend="gloo", activate=False) as cluster:
         # the definitions above, made on the engines (functions sent to them look their
