@@ -103,7 +103,8 @@ outputs: install
 	$(PY) tests/execute_notebooks.py $(or $(NB),$(NOTEBOOKS))
 
 # a workshop server: the course for several local accounts through JupyterHub (as root; README,
-# "Running a workshop"): make hub LEARNERS="ada bob" [RANKS_EACH=4 THREADS_EACH= GPUS= HUB_PORT=]
+# "Running a workshop"): make hub LEARNERS="ada bob" [RANKS_EACH=4 THREADS_EACH= GPUS= HUB_PORT=
+# HUB_IP= HUB_SSL_CERT= HUB_SSL_KEY=]
 HUB_PREFIX ?= /opt/distributed-course
 HUB_VENV := $(HUB_PREFIX)/venv
 HUB_PYTHON ?=
@@ -114,10 +115,13 @@ RANKS_EACH ?= 4
 THREADS_EACH ?=
 GPUS ?=
 LAB_ARGS_EACH ?=
+HUB_SSL_CERT ?=
+HUB_SSL_KEY ?=
 PROXY := configurable-http-proxy@5.3.0
 HUB_ENV = COURSE_HUB_PREFIX=$(HUB_PREFIX) COURSE_HUB_LEARNERS="$(LEARNERS)" \
 	COURSE_HUB_RANKS=$(RANKS_EACH) COURSE_HUB_THREADS=$(THREADS_EACH) COURSE_HUB_GPUS=$(GPUS) \
-	COURSE_HUB_IP=$(HUB_IP) COURSE_HUB_PORT=$(HUB_PORT) COURSE_HUB_LAB_ARGS="$(LAB_ARGS_EACH)"
+	COURSE_HUB_IP=$(HUB_IP) COURSE_HUB_PORT=$(HUB_PORT) COURSE_HUB_LAB_ARGS="$(LAB_ARGS_EACH)" \
+	COURSE_HUB_SSL_CERT=$(HUB_SSL_CERT) COURSE_HUB_SSL_KEY=$(HUB_SSL_KEY)
 
 # its environment, where every account can run it: a venv from a Python all may run (not one
 # under /root), the course installed in it (not editable: a learner needs no access to this
@@ -155,7 +159,7 @@ $(HUB_STAMP): pyproject.toml README.md $(shell find helpers notebooks -type f -n
 hub:
 	@$(HUB_ENV) $(PYTHON) helpers/machine/hub.py plan
 	@$(MAKE) --no-print-directory hub-install
-	@echo "Starting JupyterHub on $(HUB_IP):$(HUB_PORT) for: $(LEARNERS)"
+	@echo "Starting JupyterHub on $(if $(HUB_SSL_CERT),https,http)://$(HUB_IP):$(HUB_PORT) for: $(LEARNERS)"
 	cd $(HUB_PREFIX)/state && $(HUB_ENV) $(HUB_VENV)/bin/jupyterhub \
 		-f $(CURDIR)/helpers/machine/jupyterhub_config.py
 

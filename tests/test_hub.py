@@ -18,6 +18,7 @@ The accounts are made for the test and removed after it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -26,6 +27,7 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import stat
 import subprocess
 import tempfile
@@ -180,58 +182,74 @@ def learners():
 
 
 @pytest.fixture(scope="module")
-def hub(learners, tmp_path_factory):
-    """`make hub` for the two learners: (base URL, seconds it took to answer, its log, the pid
-    of make, whose children are the hub and its proxy)."""
-    prefix = os.environ.get("HUB_PREFIX")  # an installed hub to reuse; else one made here
+def prefix(learners):
+    """The hub's environment, installed by `make hub-install` (HUB_PREFIX=: one to reuse)."""
+    prefix = os.environ.get("HUB_PREFIX")
     made = prefix is None
     if made:
         prefix = tempfile.mkdtemp(prefix="course-hub-")
         os.chmod(prefix, 0o755)
-    else:  # the hub's list of users from earlier runs, whose accounts are gone: a fresh one
-        Path(prefix, "state", "jupyterhub.sqlite").unlink(missing_ok=True)
     try:
         start = time.monotonic()
         subprocess.run(["make", "-s", "hub-install", f"HUB_PREFIX={prefix}"], cwd=ROOT,
                        check=True, capture_output=True)
         print(f"\nhub environment installed in {time.monotonic() - start:.0f} s")
-        port = _free_ports()
-        log_path = tmp_path_factory.mktemp("hub") / "hub.log"
-        log = open(log_path, "w")
-        start = time.monotonic()
-        make = subprocess.Popen(
-            ["make", "-s", "hub", f"HUB_PREFIX={prefix}", f"HUB_PORT={port}",
-             f"LEARNERS={' '.join(n for n, _, _ in learners)}", f"RANKS_EACH={RANKS_EACH}",
-             "LAB_ARGS_EACH=--LabApp.expose_app_in_browser=True"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            while True:
-                assert make.poll() is None, log_path.read_text()[-3000:]
-                try:
-                    with urllib.request.urlopen(f"{base}/hub/health", timeout=5) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                assert time.monotonic() - start < 180, log_path.read_text()[-3000:]
-                time.sleep(0.2)
-            yield base, time.monotonic() - start, log_path, make.pid
-        finally:
-            pid_file = Path(prefix) / "state" / "jupyterhub.pid"
-            if pid_file.exists():  # as Ctrl-C: the hub stops every learner's JupyterLab
-                os.kill(int(pid_file.read_text()), signal.SIGINT)
-            try:
-                make.wait(60)
-            except subprocess.TimeoutExpired:
-                for p in psutil.Process(make.pid).children(recursive=True):
-                    p.kill()
-                make.kill()
-                make.wait()
-            log.close()
+        yield Path(prefix)
     finally:
         if made:
             shutil.rmtree(prefix, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running_hub(prefix: Path, learners, log_path: Path, *extra: str, scheme: str = "http",
+                context: ssl.SSLContext | None = None):
+    """`make hub` for the learners, until the block ends: (base URL, seconds it took to
+    answer, the pid of make, whose children are the hub and its proxy)."""
+    # the hub's list of users from an earlier run, whose accounts are gone: a fresh one
+    (prefix / "state" / "jupyterhub.sqlite").unlink(missing_ok=True)
+    port = _free_ports()
+    log = open(log_path, "w")
+    start = time.monotonic()
+    make = subprocess.Popen(
+        ["make", "-s", "hub", f"HUB_PREFIX={prefix}", f"HUB_PORT={port}",
+         f"LEARNERS={' '.join(n for n, _, _ in learners)}", f"RANKS_EACH={RANKS_EACH}", *extra],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    base = f"{scheme}://127.0.0.1:{port}"
+    try:
+        while True:
+            assert make.poll() is None, log_path.read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(f"{base}/hub/health", timeout=5,
+                                            context=context) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() - start < 180, log_path.read_text()[-3000:]
+            time.sleep(0.2)
+        yield base, time.monotonic() - start, make.pid
+    finally:
+        pid_file = prefix / "state" / "jupyterhub.pid"
+        if pid_file.exists():  # as Ctrl-C: the hub stops every learner's JupyterLab
+            os.kill(int(pid_file.read_text()), signal.SIGINT)
+        try:
+            make.wait(60)
+        except subprocess.TimeoutExpired:
+            for p in psutil.Process(make.pid).children(recursive=True):
+                p.kill()
+            make.kill()
+            make.wait()
+        log.close()
+
+
+@pytest.fixture
+def hub(prefix, learners, tmp_path):
+    """The hub of the two learners, as a browser reaches it: (base URL, seconds it took to
+    answer, its log, the pid of make)."""
+    log_path = tmp_path / "hub.log"
+    with running_hub(prefix, learners, log_path,
+                     "LAB_ARGS_EACH=--LabApp.expose_app_in_browser=True") as (base, took, pid):
+        yield base, took, log_path, pid
 
 
 def log_in(browser, base: str, name: str, password: str):
@@ -472,3 +490,21 @@ def test_two_learners_at_once_kept_apart(hub, learners):
              if p.lstat().st_uid in (ada_uid, bob_uid)]
     assert not files, f"files the learners' processes left: {files}"
     assert "Traceback" not in log_path.read_text(), log_path.read_text()[-3000:]
+
+
+def test_the_hub_speaks_https_with_the_instructors_certificate(prefix, learners, tmp_path):
+    """HUB_SSL_CERT and HUB_SSL_KEY: the learners' browsers reach the hub over TLS, checked
+    against the certificate, and plain HTTP gets no page."""
+    need(shutil.which("openssl"), "no openssl (Debian: apt-get install openssl)")
+    cert, key = tmp_path / "hub.pem", tmp_path / "hub.key"
+    _run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert))
+    context = ssl.create_default_context(cafile=str(cert))
+    with running_hub(prefix, learners, tmp_path / "hub.log", f"HUB_SSL_CERT={cert}",
+                     f"HUB_SSL_KEY={key}", scheme="https", context=context) as (base, _, _):
+        with urllib.request.urlopen(f"{base}/hub/login", timeout=30, context=context) as r:
+            assert r.status == 200 and b"password" in r.read().lower()
+        with pytest.raises(OSError):  # the same port, without TLS
+            urllib.request.urlopen(base.replace("https:", "http:") + "/hub/login", timeout=30)
+    assert "the hub speaks https" in (tmp_path / "hub.log").read_text()

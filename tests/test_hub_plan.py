@@ -103,3 +103,16 @@ def test_the_helpers_beside_the_course_are_the_installed_ones_and_a_kept_link_is
     assert (link / "machine" / "hub.py").samefile(hub.__file__)
     hub.link_helpers(tmp_path)  # the next login: as it was
     assert link.is_symlink()
+
+
+def test_tls_takes_a_certificate_and_its_key_or_neither(tmp_path):
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    cert.write_text("cert")
+    key.write_text("key")
+    assert hub.tls({}) is None
+    assert hub.tls({"COURSE_HUB_SSL_CERT": str(cert), "COURSE_HUB_SSL_KEY": str(key)}) == (
+        str(cert), str(key))
+    with pytest.raises(hub.HubConfigError, match="both HUB_SSL_CERT and HUB_SSL_KEY"):
+        hub.tls({"COURSE_HUB_SSL_CERT": str(cert)})
+    with pytest.raises(hub.HubConfigError, match="cannot read"):
+        hub.tls({"COURSE_HUB_SSL_CERT": str(cert), "COURSE_HUB_SSL_KEY": str(tmp_path / "no")})

@@ -108,6 +108,21 @@ def class_from(env: Mapping[str, str], cores: int | None = None,
                 cores or len(os.sched_getaffinity(0)))
 
 
+def tls(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """The certificate and key the hub speaks HTTPS with (COURSE_HUB_SSL_CERT, _KEY), or None
+    for plain HTTP; both or neither, each a file that can be read."""
+    cert, key = (env.get(f"COURSE_HUB_SSL_{k}", "").strip() for k in ("CERT", "KEY"))
+    if not cert and not key:
+        return None
+    if not cert or not key:
+        raise HubConfigError("give both HUB_SSL_CERT and HUB_SSL_KEY (the certificate and its "
+                             "private key, PEM files), or neither")
+    for path in (cert, key):
+        if not os.access(path, os.R_OK):
+            raise HubConfigError(f"cannot read {path}: give the path of a PEM file")
+    return cert, key
+
+
 def _account(name: str) -> pwd.struct_passwd | None:
     try:
         return pwd.getpwnam(name)
@@ -187,6 +202,8 @@ def main(argv: Sequence[str]) -> int:
         elif argv[:1] == ["plan"]:
             for learner in class_from(os.environ):
                 print(learner.describe())
+            scheme = "https" if tls(os.environ) else "http (no TLS: keep it on loopback)"
+            print(f"the hub speaks {scheme}")
         elif argv[:1] == ["singleuser"]:
             singleuser(argv[1:])
         else:

@@ -1,7 +1,8 @@
 """JupyterHub's configuration for a workshop (`make hub`; helpers/machine/hub.py says how).
 
 Everything comes from the ``COURSE_HUB_*`` variables that `make hub` sets from its own:
-LEARNERS, RANKS_EACH, THREADS_EACH, GPUS, HUB_IP, HUB_PORT, HUB_PREFIX, LAB_ARGS.
+LEARNERS, RANKS_EACH, THREADS_EACH, GPUS, HUB_IP, HUB_PORT, HUB_PREFIX, LAB_ARGS,
+HUB_SSL_CERT and HUB_SSL_KEY.
 """
 
 import os
@@ -19,6 +20,7 @@ prefix = Path(env["COURSE_HUB_PREFIX"])
 state = prefix / "state"
 try:
     learners = {learner.name: learner for learner in hub.class_from(env)}
+    certificate = hub.tls(env)
 except hub.HubConfigError as e:
     sys.exit(f"make hub: {e}")
 port = int(env.get("COURSE_HUB_PORT", "8000"))
@@ -27,6 +29,8 @@ port = int(env.get("COURSE_HUB_PORT", "8000"))
 # listen beyond this machine, and only where HUB_IP says so
 c.JupyterHub.ip = env.get("COURSE_HUB_IP", "127.0.0.1")
 c.JupyterHub.port = port
+if certificate:  # HTTPS for the learners' browsers (the hub's own API stays on loopback)
+    c.JupyterHub.ssl_cert, c.JupyterHub.ssl_key = certificate
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = port + 1
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{port + 2}"
