@@ -73,3 +73,13 @@ def test_make_check_passes_on_this_machine():
 
     build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU build"
     assert f"{build}; environment " in done.stdout, done.stdout
+
+
+def test_a_learners_jupyterlab_is_measured_and_ended():
+    """make check CLASS= counts a JupyterLab server per learner: a real one, started, measured
+    (tens of MiB at least) and ended."""
+    import psutil
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    assert preflight.lab_bytes() > 20 * 2**20
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before

@@ -89,10 +89,11 @@ def bandwidth_line(what: str, measured: float, stored: float | None) -> Line:
 
 def class_line(learners: int, cores: int, memory: int, gpus: int, ranks: int,
                rank_bytes: int, kernel_bytes: int) -> Line:
-    """Whether this machine holds a class of `learners`, each with a kernel and a cluster of
-    `ranks` CPU ranks (or their share of the GPUs, where that is 2 or more each), from the
-    memory one rank and one kernel took here, just after the start (measured by make check:
-    proportional set sizes; what the notebooks compute adds to it).
+    """Whether this machine holds a class of `learners`, each with a JupyterLab, a kernel and a
+    cluster of `ranks` CPU ranks (or their share of the GPUs, where that is 2 or more each),
+    from the memory one rank and the rest (kernel_bytes: a kernel, a fork server and a
+    JupyterLab server) took here, just after the start (measured by make check: proportional
+    set sizes; what the notebooks compute adds to it).
     CPU ranks may share cores, as this course's own 2-core test machine runs 4 ranks: twice as
     many ranks as cores is slow but works; four times as many is too slow to teach with."""
     each = gpus // learners if gpus else 0
@@ -230,6 +231,42 @@ def _share_bytes(pid: int) -> int:
         return 0
 
 
+def lab_bytes(timeout: float = 60) -> int:
+    """What a JupyterLab server holds just after it starts (each learner has one under
+    `make hub`): its proportional set size; 0 where it did not start."""
+    import socket
+    import subprocess
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = os.urandom(8).hex()
+    with tempfile.TemporaryDirectory() as root:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}",
+             "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={token}",
+             f"--ServerApp.root_dir={root}", *(["--allow-root"] if os.geteuid() == 0 else [])],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + timeout
+            while server.poll() is None and time.monotonic() < deadline:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token="
+                                                f"{token}", timeout=5):
+                        return _share_bytes(server.pid)
+                except OSError:  # not answering yet
+                    time.sleep(0.2)
+            return 0
+        finally:
+            server.terminate()
+            try:
+                server.wait(30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
 def report() -> list[Line]:
     """Every check, in the order of the table."""
     from ..cluster.launchers.base import visible_gpus
@@ -278,7 +315,8 @@ def report() -> list[Line]:
                                     resolve_world_size(int(ranks) if ranks.isdigit() else None,
                                                        0),
                                     MEASURED["rank"],
-                                    _share_bytes(os.getpid()) + MEASURED["forkserver"]))
+                                    _share_bytes(os.getpid()) + MEASURED["forkserver"]
+                                    + lab_bytes()))
     checkpoints = tempfile.gettempdir()
     lines.append(disk_line(checkpoints, shutil.disk_usage(checkpoints).free))
     lines.append(optional_line("py-spy (stacks of stuck ranks)", py_spy() is not None,
