@@ -163,8 +163,9 @@ hub:
 	cd $(HUB_PREFIX)/state && $(HUB_ENV) $(HUB_VENV)/bin/jupyterhub \
 		-f $(CURDIR)/helpers/machine/jupyterhub_config.py
 
-# two learners logged in at once through a real hub and a real browser (root, Chromium, npm;
-# about N minutes): notebooks 00 and 02 each, each other's cluster probed; CI runs it
+# two learners logged in at once through a real hub and a real browser (root, Chromium, npm,
+# openssl; about 2 minutes with its install): notebooks 00 and 02 each, each other's cluster
+# probed; and the hub over HTTPS. CI runs it
 hub-test: install
 	COURSE_HUB_TEST=1 $(PY) -m pytest tests/test_hub.py -s --durations=0 --durations-min=1
 

@@ -46,6 +46,16 @@ def listening_outside_loopback(pids: list[int]) -> list[tuple[int, str]]:
             and c.laddr.ip not in ("127.0.0.1", "::1")]
 
 
+def socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets a process holds (as /proc/PID/net/* name them); none where it
+    has ended."""
+    try:
+        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:  # ended meanwhile
+        return set()
+    return {link[8:-1] for link in links if link.startswith("socket:[")}
+
+
 def listening(pids: list[int]) -> list[tuple[int, str, int]]:
     """(pid, address, port) of every TCP socket these processes listen on, each read in the
     process's own network namespace (/proc/PID/net/tcp and tcp6: a local cluster's ranks have
@@ -55,11 +65,7 @@ def listening(pids: list[int]) -> list[tuple[int, str, int]]:
 
     found = []
     for pid in pids:
-        try:
-            held = {os.readlink(f"/proc/{pid}/fd/{fd}")[8:-1]
-                    for fd in os.listdir(f"/proc/{pid}/fd")
-                    if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:[")}
-        except OSError:  # ended meanwhile
+        if not (held := socket_inodes(pid)):
             continue
         for table in ("tcp", "tcp6"):
             with open(f"/proc/{pid}/net/{table}") as f:

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from system import listening, listening_outside_loopback, need
+from system import listening, listening_outside_loopback, need, socket_inodes
 from test_browser import CHROMIUM, OUTPUTS, RAN_ALL, SHOTS, js, menu, sync_playwright, text_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -363,11 +363,10 @@ def _environ(pid: int) -> dict[str, str]:
 
 def _unix_paths(pid: int) -> list[str]:
     """The paths of the Unix sockets a process holds (abstract ones as @name)."""
+    held = socket_inodes(pid)
     try:
-        held = {os.readlink(f"/proc/{pid}/fd/{fd}")[8:-1] for fd in os.listdir(f"/proc/{pid}/fd")
-                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:[")}
         lines = Path(f"/proc/{pid}/net/unix").read_text().splitlines()[1:]
-    except OSError:
+    except OSError:  # ended meanwhile
         return []
     return [f[7] for f in (line.split() for line in lines) if len(f) > 7 and f[6] in held]
 

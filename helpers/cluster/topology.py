@@ -23,17 +23,18 @@ class ClusterConfigError(ValueError):
     """A cluster request that cannot be satisfied on this machine; the message says what to do."""
 
 
-def parse_world_size(value: object, source: str) -> int:
-    """Turn a world size given by argument or environment into an int >= 1, or explain the fix."""
+def parse_world_size(value: object, source: str, what: str = "ranks", one: str = "rank") -> int:
+    """Turn a world size (or another count of `what`) given by argument or environment into an
+    int >= 1, or explain the fix."""
     try:
         n = int(str(value).strip())
     except ValueError:
         raise ClusterConfigError(
-            f"{source}={value!r} is not a whole number; give a number of ranks from 1 up, e.g. 4"
+            f"{source}={value!r} is not a whole number; give a number of {what} from 1 up, e.g. 4"
         ) from None
     if n < 1:
         raise ClusterConfigError(
-            f"{source}={n}: a cluster needs at least 1 rank; give a number from 1 up"
+            f"{source}={n}: a cluster needs at least 1 {one}; give a number from 1 up"
         )
     return n
 
@@ -289,14 +290,8 @@ def threads_per_rank(cores: int, ranks_on_host: int, env: Mapping[str, str] | No
     $COURSE_THREADS, where set (a workshop's class-wide setting: `make hub`), decides instead."""
     env = os.environ if env is None else env
     if env.get("COURSE_THREADS", "").strip():
-        try:
-            threads = int(env["COURSE_THREADS"].strip())
-        except ValueError:
-            threads = 0
-        if threads < 1:
-            raise ClusterConfigError(f"COURSE_THREADS={env['COURSE_THREADS']!r}: give the CPU "
-                                     "threads each rank may use, a whole number from 1 up")
-        return threads
+        return parse_world_size(env["COURSE_THREADS"], "COURSE_THREADS", "CPU threads per rank",
+                                "thread per rank")
     return max(1, cores // max(1, ranks_on_host))
 
 

@@ -234,28 +234,29 @@ def _share_bytes(pid: int) -> int:
 def lab_bytes(timeout: float = 60) -> int:
     """What a JupyterLab server holds just after it starts (each learner has one under
     `make hub`): its proportional set size; 0 where it did not start."""
-    import socket
     import subprocess
     import urllib.request
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     token = os.urandom(8).hex()
     with tempfile.TemporaryDirectory() as root:
+        # the port it took, from the file it writes where it runs (no port picked beforehand
+        # that another process could take meanwhile)
+        runtime = Path(root) / "runtime"
         server = subprocess.Popen(
-            [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}",
+            [sys.executable, "-m", "jupyter", "lab", "--no-browser",
              "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={token}",
              f"--ServerApp.root_dir={root}", *(["--allow-root"] if os.geteuid() == 0 else [])],
+            env=dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime)),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + timeout
             while server.poll() is None and time.monotonic() < deadline:
                 try:
+                    port = json.loads((runtime / f"jpserver-{server.pid}.json").read_text())["port"]
                     with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token="
                                                 f"{token}", timeout=5):
                         return _share_bytes(server.pid)
-                except OSError:  # not answering yet
+                except (OSError, ValueError, KeyError):  # not written or not answering yet
                     time.sleep(0.2)
             return 0
         finally:
