@@ -152,14 +152,24 @@ def schedule_slots(orders: list[list[tuple[str, int]]], forward: int = 1,
     busy = {sum(forward if kind == "F" else backward for kind, _ in order) for order in orders}
     if len(busy) != 1:
         raise ValueError(f"the stages do different amounts of work: {sorted(busy)} slots")
-    stages, done = len(orders), {}
-    clock, position = [0] * stages, [0] * stages
+    length = play_ranks([[(kind, i, s) for kind, i in order] for s, order in enumerate(orders)],
+                        len(orders), forward, backward)
+    return int(length), busy.pop()
+
+
+def play_ranks(orders: list[list[tuple[str, int, int]]], stages: int, forward: float = 1,
+               backward: float = 2) -> float:
+    """schedule_slots for ranks that may hold several stages (notebook 11's interleaved
+    schedule): orders[r] is rank r's list of (kind, micro-batch, stage), run in that order,
+    one at a time. The same dependencies between stages; returns the step's length."""
+    done: dict[tuple[str, int, int], float] = {}
+    clock, position = [0.0] * len(orders), [0] * len(orders)
     moved = True
     while moved:
         moved = False
-        for s in range(stages):
-            while position[s] < len(orders[s]):
-                kind, i = orders[s][position[s]]
+        for r, order in enumerate(orders):
+            while position[r] < len(order):
+                kind, i, s = order[position[r]]
                 if kind == "F":
                     needs = ("F", i, s - 1) if s > 0 else None
                 else:
@@ -167,15 +177,15 @@ def schedule_slots(orders: list[list[tuple[str, int]]], forward: int = 1,
                 if needs is not None and needs not in done:
                     break
                 took = forward if kind == "F" else backward
-                clock[s] = max(clock[s], done.get(needs, 0)) + took
-                done[kind, i, s] = clock[s]
-                position[s] += 1
+                clock[r] = max(clock[r], done.get(needs, 0)) + took
+                done[kind, i, s] = clock[r]
+                position[r] += 1
                 moved = True
-    stuck = {s: orders[s][position[s]] for s in range(stages) if position[s] < len(orders[s])}
+    stuck = {r: orders[r][position[r]] for r in range(len(orders)) if position[r] < len(orders[r])}
     if stuck:
-        raise RuntimeError("the orders deadlock: each stuck stage and the operation it waits "
-                           f"in: {stuck}")
-    return max(clock), busy.pop()
+        raise RuntimeError("the orders deadlock: each stuck rank and the operation (kind, "
+                           f"micro-batch, stage) it waits in: {stuck}")
+    return max(clock)
 
 
 # ---- RPC (step 6): what a worker runs when another asks -----------------------------------

@@ -54,7 +54,7 @@ def test_on_the_ideal_machine_both_schedules_idle_exactly_the_formulas_share(sta
 
 def test_orders_that_cannot_finish_are_named_and_uneven_work_is_refused():
     both_backward_first = [[("B", 0), ("F", 0)], [("B", 0), ("F", 0)]]
-    with pytest.raises(RuntimeError, match=r"deadlock.*0: \('B', 0\), 1: \('B', 0\)"):
+    with pytest.raises(RuntimeError, match=r"deadlock.*0: \('B', 0, 0\), 1: \('B', 0, 1\)"):
         schedule_slots(both_backward_first)
     with pytest.raises(ValueError, match="different amounts of work"):
         schedule_slots([gpipe_order(2), gpipe_order(3)])

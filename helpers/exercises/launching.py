@@ -8,62 +8,13 @@ next call changes)."""
 
 from __future__ import annotations
 
-import copy
-import os
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import state
-from .core import Problem, describe, judge_cases, value_problem
-
-ENVIRON = "the environment (os.environ)"
-
-
-class _SideEffect:
-    """What the learner's function returned, and the global generators it changed."""
-
-    def __init__(self, value: Any, changed: list[str]) -> None:
-        self.value, self.changed = value, changed
-
-
-def _judge(name: str, fn: Callable[..., Any], cases: Sequence[tuple[str, tuple, Any]],
-           what: str, problem: Problem = value_problem) -> None:
-    """judge_cases (the value, the arguments, os.environ), and also: the global random
-    generators (Python's, torch's, numpy's) left as they were, and a new value on every call,
-    not one dict or list that a later call changes (a default argument or a global)."""
-    at = {"case": -1}
-    kept: dict[int, tuple[str, Any, Any]] = {}  # id -> (label, the object, its value then)
-
-    def run(*args: Any) -> Any:
-        at["case"] += 1  # judge_cases calls fn once per case, in order
-        before = state.snapshot()
-        try:
-            got = fn(*args)
-        finally:
-            changed = [n for n in state.changed(before, state.snapshot()) if n != ENVIRON]
-            if changed:  # put the generators back; judge_cases names and restores os.environ
-                state.restore({**before, ENVIRON: dict(os.environ)})
-        return _SideEffect(got, changed) if changed else got
-
-    def judged(got: Any, right: Any) -> str | None:
-        if isinstance(got, _SideEffect):
-            them = "it" if len(got.changed) == 1 else "them"
-            return (f"its answer, but changed {' and '.join(got.changed)}: leave {them} as "
-                    f"{name} found {them} ({state.advice(got.changed)})")
-        label = cases[at["case"]][0]
-        if isinstance(got, dict | list):
-            kind = type(got).__name__
-            if (earlier := kept.get(id(got))) is not None and earlier[2] != got:
-                return (f"the same {kind} it returned for {earlier[0]}, and so changed that "
-                        f"call's answer: build a new {kind} on every call (a default argument "
-                        "or a global outlives the call)")
-            kept[id(got)] = (label, got, copy.deepcopy(got))  # kept alive: ids stay unique
-        return problem(got, right)
-
-    judge_cases(name, run, cases, what, judged)
-
+from .core import describe, value_problem
+from .in_notebook import judge_in_notebook
 
 # ---- exercise 1: what torchrun sets ------------------------------------------------------
 
@@ -131,7 +82,8 @@ def env_cases(trials: int = 12) -> list[tuple[str, tuple, dict[str, str]]]:
 
 def check_env_for(env_for: Callable[..., Any]) -> None:
     """Notebook 07, exercise 1: the environment torchrun gives one worker of a job."""
-    _judge("env_for", env_for, env_cases(), "processes of 12 jobs of 1 to 5 hosts", env_problem)
+    judge_in_notebook("env_for", env_for, env_cases(), "processes of 12 jobs of 1 to 5 hosts",
+                      env_problem)
 
 
 # ---- exercise 2: Slurm's task layout -------------------------------------------------------
@@ -195,8 +147,8 @@ def ranks_problem(got: Any, right: list[int]) -> str | None:
 
 def check_node_ranks(node_ranks: Callable[[str, int], Any]) -> None:
     """Notebook 07, exercise 2: the global ranks Slurm places on one node."""
-    _judge("node_ranks", node_ranks, node_rank_cases(), "nodes of 15 allocations",
-           ranks_problem)
+    judge_in_notebook("node_ranks", node_ranks, node_rank_cases(), "nodes of 15 allocations",
+                      ranks_problem)
 
 
 # ---- exercise 3: why won't it start? -------------------------------------------------------
@@ -341,5 +293,6 @@ def check_rendezvous_problems(rendezvous_problems: Callable[[list], Any], trials
         envs, right = planted_envs(seed)
         missing = " (one missing)" if seed % 3 == 1 else ""
         cases.append((f"{len(envs)} processes{missing}, job #{seed}", (envs,), right))
-    _judge("rendezvous_problems", rendezvous_problems, cases,
-           "planted jobs of 2 to 8 processes, some with one process missing", blame_problem)
+    judge_in_notebook("rendezvous_problems", rendezvous_problems, cases,
+                      "planted jobs of 2 to 8 processes, some with one process missing",
+                      blame_problem)
