@@ -11,8 +11,9 @@ import pytest
 HELPERS = Path(__file__).resolve().parent.parent / "helpers"
 MAX_LINES = 400
 # what the notebooks import sits at the top of helpers/; the machinery lives in subpackages
-LEARNER_MODULES = {"checkpoint", "checks", "data", "faults", "figures", "model_parallel",
-                   "sequences_and_experts", "sharding", "taught", "text", "timing"}
+LEARNER_MODULES = {"checkpoint", "checks", "data", "faults", "figures", "gpt", "mesh",
+                   "model_parallel", "sequences_and_experts", "sharding", "taught", "text",
+                   "timing"}
 SUBPACKAGES = {"calls", "cluster", "exercises", "jobs", "machine"}
 
 

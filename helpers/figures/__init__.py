@@ -10,12 +10,26 @@ at one resolution (``style.DPI``) with one font size scale, so every figure look
 """
 
 from .communication import plot_bandwidth, plot_calls, plot_timeline, plot_timings
-from .parallelism import plot_memory, plot_mesh, plot_positions, plot_routing, plot_weight_slices
+from .parallelism import (
+    plot_memory,
+    plot_mesh,
+    plot_mesh_axes,
+    plot_positions,
+    plot_routing,
+    plot_weight_slices,
+)
 from .ranks import draw_ranks, show_ranks
 from .style import DPI, MAX_WIDTH
-from .training import plot_bucket_sweep, plot_digits, plot_loss, plot_shards, plot_step_times
+from .training import (
+    plot_bucket_sweep,
+    plot_digits,
+    plot_loss,
+    plot_losses,
+    plot_shards,
+    plot_step_times,
+)
 
 __all__ = ["DPI", "MAX_WIDTH", "draw_ranks", "plot_bandwidth", "plot_bucket_sweep",
-           "plot_calls", "plot_digits", "plot_loss", "plot_memory", "plot_mesh", "plot_positions",
-           "plot_routing", "plot_shards", "plot_step_times", "plot_timeline", "plot_timings",
-           "plot_weight_slices", "show_ranks"]
+           "plot_calls", "plot_digits", "plot_loss", "plot_losses", "plot_memory", "plot_mesh",
+           "plot_mesh_axes", "plot_positions", "plot_routing", "plot_shards", "plot_step_times",
+           "plot_timeline", "plot_timings", "plot_weight_slices", "show_ranks"]

@@ -73,6 +73,45 @@ def plot_mesh(groups: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Figure:
     return fig
 
 
+def plot_mesh_axes(shape: Sequence[int]) -> Figure:
+    """Notebook 11: a (pp, dp, tp) mesh, one panel per pipeline rank, dp down and tp across;
+    lines join the ranks of each group: tp (along a row), dp (down a column), pp (across
+    panels). Ranks are numbered as init_device_mesh lays them out (row-major)."""
+    pp, dp, tp = shape
+    fig, ax = plt.subplots(figsize=(1.0 + 1.25 * pp * (tp + 0.6), 1.3 + 0.75 * dp), dpi=DPI)
+    place = {}
+    for p in range(pp):
+        for d in range(dp):
+            for t in range(tp):
+                place[(p * dp + d) * tp + t] = (p * (tp + 0.6) + t, -d)
+    for p in range(pp):
+        for d in range(dp):
+            row = [place[(p * dp + d) * tp + t] for t in range(tp)]
+            ax.plot([row[0][0], row[-1][0]], [row[0][1], row[-1][1]], color="C0", lw=3,
+                    label="tp group" if (p, d) == (0, 0) and tp > 1 else None)
+        for t in range(tp):
+            col = [place[(p * dp + d) * tp + t] for d in range(dp)]
+            ax.plot([col[0][0], col[-1][0]], [col[0][1], col[-1][1]], color="C1", lw=3,
+                    label="dp group" if (p, t) == (0, 0) and dp > 1 else None)
+    for d in range(dp):
+        for t in range(tp):
+            line = [place[(p * dp + d) * tp + t] for p in range(pp)]
+            ax.plot([x for x, _ in line], [y + 0.16 + 0.09 * t for _, y in line], color="C2", lw=1,
+                    ls="--", label="pp group" if (d, t) == (0, 0) and pp > 1 else None)
+    for r, (x, y) in place.items():
+        ax.text(x, y, f"rank {r}", ha="center", va="center", fontsize=8,
+                bbox={"boxstyle": "round", "facecolor": "white"})
+    for p in range(pp):
+        ax.text(p * (tp + 0.6) + (tp - 1) / 2, 0.6, f"pipeline rank {p}", ha="center", fontsize=8)
+    ax.set_xlim(-0.6, pp * (tp + 0.6) - 0.9)
+    ax.set_ylim(-dp + 0.4, 0.9)
+    ax.axis("off")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=3)
+    ax.set_title(f"mesh (pp, dp, tp) = {tuple(shape)}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 def plot_positions(layouts: Mapping[str, Sequence[int]]) -> Figure:
     """Notebook 10: which rank holds each position of the sequence, one row per layout
     (layouts maps a name to the owner of each position)."""

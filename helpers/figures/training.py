@@ -44,6 +44,23 @@ def plot_loss(losses: Sequence[float], accuracy: float | None = None, window: in
     return fig
 
 
+def plot_losses(curves: Mapping[str, Sequence[float]], marks: Mapping[str, int] | None = None
+                ) -> Figure:
+    """Notebook 11: several loss curves over the same steps (a run and its reference, a
+    resumed run), each drawn with its own marker; marks names steps to draw a line at."""
+    fig, ax = plt.subplots(figsize=(5.5, 3), dpi=DPI)
+    for (name, losses), marker, width in zip(curves.items(), "o.x+", (3, 1.2, 1, 1)):
+        ax.plot(range(len(losses)), losses, marker=marker, lw=width, ms=4, label=name)
+    for name, step in (marks or {}).items():
+        ax.axvline(step, color="grey", lw=0.8, ls="--")
+        ax.annotate(name, (step, ax.get_ylim()[1]), fontsize=7, ha="left", va="top")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy loss")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def plot_step_times(seconds: Mapping[str, float], reference: str) -> Figure:
     """Bars: milliseconds per step of each variant, labelled with its ratio to reference."""
     names = list(seconds)
