@@ -22,6 +22,7 @@ from __future__ import annotations
 from .exercises.checkpointing import LOAD_AND_SHARE, LOAD_WRONG_WAY, NEWEST_LOADABLE
 from .exercises.cluster import COUNT_RANKS
 from .exercises.collectives import MEAN_OF_ALL, RING_ALL_GATHER, TREE_BROADCAST
+from .exercises.composed import check_fsdp_bytes, check_group_of, check_pick_shape
 from .exercises.core import Exercise, check, describe, judge_cases, value_problem, verdict
 from .exercises.ddp import ACCUMULATE, DISTRIBUTED_ACCURACY, MY_SHARD
 from .exercises.debugging_hangs import RING_EXCHANGE, SKIP_TOGETHER, check_first_mismatch
@@ -67,8 +68,11 @@ __all__ = [
     "ZERO_SGD_STEP",
     "check",
     "check_env_for",
+    "check_fsdp_bytes",
+    "check_group_of",
     "check_first_mismatch",
     "check_node_ranks",
+    "check_pick_shape",
     "check_rendezvous_problems",
     "describe",
     "judge_cases",

@@ -728,9 +728,10 @@ def in_sync(model):
 ]
 
 
-# ---- notebooks 04 to 10: one module each ---------------------------------------------------
+# ---- notebooks 04 to 11: one module each ---------------------------------------------------
 def _gather() -> None:
     import answers_checkpointing
+    import answers_composed
     import answers_ddp
     import answers_hangs
     import answers_launching
@@ -739,7 +740,7 @@ def _gather() -> None:
     import answers_sharding
 
     for module in (answers_ddp, answers_checkpointing, answers_hangs, answers_launching,
-                   answers_sharding, answers_model_parallel, answers_sequences):
+                   answers_sharding, answers_model_parallel, answers_sequences, answers_composed):
         for mine, theirs in ((ALSO_RIGHT, "ALSO_RIGHT"), (MORE_WRONG, "MORE_WRONG"),
                              (IN_NOTEBOOK_ALSO_RIGHT, "IN_NOTEBOOK_ALSO_RIGHT"),
                              (IN_NOTEBOOK_MORE_WRONG, "IN_NOTEBOOK_MORE_WRONG")):
