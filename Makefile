@@ -21,7 +21,7 @@ $(PY):
 # which PyTorch build (CPU where there is no NVIDIA GPU): helpers/machine/torch_build.py, COURSE_TORCH
 $(STAMP): pyproject.toml helpers/machine/torch_build.py | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
-	torch_args=$$($(PY) helpers/machine/torch_build.py) && \
+	torch_args=$$($(PY) helpers/machine/torch_build.py $(if $(TORCH),--exact)) && \
 		$(PY) -m pip install --quiet $$torch_args -e ".[test,mpi]" $(if $(TORCH),"torch==$(TORCH)")
 	touch $@
 

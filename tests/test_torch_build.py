@@ -11,7 +11,14 @@ import threading
 
 import pytest
 
-from helpers.machine.torch_build import BuildError, choose, in_range, pip_args, venv_args
+from helpers.machine.torch_build import (
+    BuildError,
+    choose,
+    in_range,
+    pip_args,
+    prefer_disk,
+    venv_args,
+)
 
 
 @pytest.mark.parametrize("system, nvidia, override, source", [
@@ -74,6 +81,30 @@ def test_an_unreachable_cpu_index_falls_back_to_the_default_build_and_says_so():
     finally:
         silent.close()
         refused.close()
+
+
+def test_a_cpu_build_on_disk_is_taken_where_the_cpu_index_did_not_answer():
+    cpu, fell_back = choose("Linux", False, None), "PyTorch: ... installing pip's default build"
+    asked = []
+
+    def on_disk(found="torch==2.13.0+cpu"):
+        asked.append(True)
+        return found
+
+    args, line = prefer_disk(cpu, [], fell_back, None, on_disk)
+    assert args == ["torch==2.13.0+cpu"] and "on this machine's disk" in line, (args, line)
+    # nothing on disk: PyPI's build, as pip_args said
+    assert prefer_disk(cpu, [], fell_back, None, lambda: None) == ([], fell_back)
+    asked.clear()
+    # a torch in range in the venv is kept; the index answered; a GPU machine: disk not asked
+    assert prefer_disk(cpu, [], fell_back, ("2.14.1", "/venv"), on_disk) == ([], fell_back)
+    index = ["--extra-index-url", "https://download.pytorch.org/whl/cpu"]
+    assert prefer_disk(cpu, index, "from the index", None, on_disk) == (index, "from the index")
+    gpu = choose("Linux", True, None)
+    assert prefer_disk(gpu, [], "PyPI's CUDA build", None, on_disk) == ([], "PyPI's CUDA build")
+    assert not asked
+    # a torch outside the range in the venv does not stop it
+    assert prefer_disk(cpu, [], fell_back, ("2.11.0", "/venv"), on_disk)[0] == ["torch==2.13.0+cpu"]
 
 
 @pytest.mark.parametrize("version, inside", [

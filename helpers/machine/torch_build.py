@@ -3,7 +3,9 @@
 - Linux with an NVIDIA GPU (its driver: ``nvidia-smi`` or ``/proc/driver/nvidia``): PyPI's
   build, which for Linux is the CUDA build (with its CUDA libraries, about 4.3 GB installed).
 - Linux without one: the CPU build from PyTorch's CPU wheel index (a few hundred MB), if that
-  index answers within a few seconds; else PyPI's build, said in one line before it downloads.
+  index answers within a few seconds; else a CPU build in range that pip finds on this
+  machine's disk (a site's wheelhouse that pip's configuration names); else PyPI's build, said
+  in one line before it downloads.
 - macOS: PyPI's build (CPU and Apple's MPS; there is no CUDA build for macOS).
 - ``COURSE_TORCH=cpu`` or ``COURSE_TORCH=cuda`` overrides the choice.
 
@@ -193,6 +195,21 @@ def local_cpu_build(python: str = sys.executable) -> str | None:
     return f"torch=={version}" if version.endswith("+cpu") else None
 
 
+def prefer_disk(build: Build, args: list[str], line: str, installed: tuple[str, str] | None,
+                on_disk) -> tuple[list[str], str]:
+    """Where the CPU build was wanted and its index did not answer (pip_args fell back to the
+    default build): a CPU build in range that pip finds on this machine's disk (`on_disk()`,
+    'torch==V' or None), rather than PyPI's CUDA build, unless the venv already holds a torch
+    in range (kept as it is)."""
+    if build.source != "cpu-index" or args or (installed and in_range(installed[0])):
+        return args, line
+    found = on_disk()
+    if not found:
+        return args, line
+    return [found], (f"PyTorch: {build.why} was wanted, and {CPU_INDEX} did not answer within "
+                     f"{REACH_WAIT:g} s: {found}, a CPU build pip finds on this machine's disk.")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--local-cpu"]:  # make hub: a CPU build already on disk, where there is no GPU
@@ -216,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         build = choose(platform.system(), has_nvidia_driver(), override)
         args, line = pip_args(build, explicit=(override or "").strip().lower() == "cpu")
+        if argv != ["--exact"]:  # make install TORCH=V passes --exact: that release, from anywhere
+            args, line = prefer_disk(build, args, line, installed_torch(), local_cpu_build)
     except BuildError as e:
         print(f"make install: {e}", file=sys.stderr)
         return 1
